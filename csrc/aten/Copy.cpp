@@ -1,0 +1,101 @@
+// Copies between host and device and between devices (aten::_copy_from, which
+// at::native::copy_ calls for PrivateUse1). CUDA's rules:
+//  - device -> device: asynchronous on the current stream, never blocks the host;
+//  - host <-> device with non_blocking=True and pinned host memory: asynchronous;
+//  - otherwise host <-> device is synchronous (ordered after queued work).
+// Across devices the copy runs on the destination's current stream after it
+// waits for the source's current stream, and the source stream then waits for
+// the copy, as CUDA's peer copies do.
+#include <ATen/ops/copy.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "../runtime/OpenRegException.h"
+#include "../runtime/OpenRegStream.h"
+#include "Kernels.h"
+#include "Launch.h"
+
+namespace openreg::kernels {
+namespace {
+
+void streamWaitsForStream(const c10::Stream& waiter, const c10::Stream& producer) {
+  orEvent event = nullptr;
+  OPENREG_CHECK(orEventCreate(&event, false));
+  OPENREG_CHECK(orEventRecord(event, rawStream(producer)));
+  OPENREG_CHECK(orStreamWaitEvent(rawStream(waiter), event));
+  orEventDestroy(event);  // the wait holds its own reference to the record
+}
+
+void copyDeviceToDevice(const at::Tensor& src, const at::Tensor& dst) {
+  c10::Stream dst_stream = getCurrentStream(dst.device().index());
+  at::Tensor src_view = kernelView(src);
+  at::Tensor dst_view = kernelView(dst);
+  auto kernel = [src_view, dst_view]() mutable { dst_view.copy_(src_view); };
+  if (src.device() == dst.device()) {
+    launchKernel(dst_stream, std::move(kernel), {src}, {dst});
+    return;
+  }
+  c10::Stream src_stream = getCurrentStream(src.device().index());
+  streamWaitsForStream(dst_stream, src_stream);
+  launchKernel(dst_stream, std::move(kernel), {src}, {dst});
+  streamWaitsForStream(src_stream, dst_stream);
+}
+
+bool isPinned(const at::Tensor& t) { return orIsPinned(t.storage().data()); }
+
+// Runs `body` in stream order and returns once it is done. When the stream is
+// idle the host thread does the copy itself (no worker round trip).
+void runSynchronously(const c10::Stream& stream, std::function<void()> body) {
+  orStream raw = rawStream(stream);
+  if (orStreamQuery(raw) == orSuccess) {
+    body();
+    return;
+  }
+  launchKernel(stream, std::move(body));
+  synchronizeStream(stream);
+}
+
+void copyHostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  c10::Stream stream = getCurrentStream(dst.device().index());
+  at::Tensor dst_view = kernelView(dst);
+  if (non_blocking && isPinned(src)) {
+    // `src` is captured: the pinned buffer stays alive until the copy has run.
+    launchKernel(stream, [src, dst_view]() mutable { dst_view.copy_(src); }, {}, {dst});
+    return;
+  }
+  runSynchronously(stream, [&src, &dst_view] { dst_view.copy_(src); });
+}
+
+void copyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  c10::Stream stream = getCurrentStream(src.device().index());
+  at::Tensor src_view = kernelView(src);
+  if (non_blocking && isPinned(dst)) {
+    launchKernel(stream, [src_view, dst]() mutable { dst.copy_(src_view); }, {src}, {});
+    return;
+  }
+  runSynchronously(stream, [&src_view, &dst] { dst.copy_(src_view); });
+}
+
+}  // namespace
+
+at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.defined() && dst.defined(), "copy_: tensors must be defined");
+  if (dst.numel() == 0) return dst;
+  TORCH_CHECK(self.is_cpu() || isOpenReg(self), "copy_: unsupported source device ", self.device());
+  TORCH_CHECK(dst.is_cpu() || isOpenReg(dst), "copy_: unsupported destination device ", dst.device());
+  if (isOpenReg(self) && isOpenReg(dst)) {
+    copyDeviceToDevice(self, dst);
+  } else if (isOpenReg(dst)) {
+    copyHostToDevice(self, dst, non_blocking);
+  } else {
+    copyDeviceToHost(self, dst, non_blocking);
+  }
+  return dst;
+}
+
+at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return _copy_from(self, dst, false);
+}
+
+}  // namespace openreg::kernels

@@ -1,0 +1,397 @@
+// The generic path for every operator without a native openreg kernel: a
+// boxed fallback registered for PrivateUse1 (TORCH_LIBRARY_IMPL(_, PrivateUse1)).
+//
+// Asynchronous path (most operators): the host runs the operator on Meta
+// tensors to learn output shapes, strides and aliasing, allocates the outputs
+// on the device, and queues a kernel that runs the operator's CPU
+// implementation on kernelView()s of the arguments, copying fresh results into
+// the device outputs. The host never waits.
+//
+// Synchronous path (data-dependent operators such as nonzero, unique,
+// masked_select, or operators returning non-tensors, or without Meta support):
+// the current stream is synchronised and the CPU implementation runs on the
+// host thread, as CUDA synchronises for such operators.
+//
+// Random operators get the CPU generator that carries the openreg generator's
+// state, so seeds reproduce CPU numbers.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/op_registration/op_registration.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/flat_hash_map.h>
+
+#include "../runtime/OpenRegException.h"
+#include "../runtime/OpenRegFunctions.h"
+#include "../runtime/OpenRegGenerator.h"
+#include "../runtime/OpenRegStream.h"
+#include "Kernels.h"
+#include "Launch.h"
+
+namespace openreg::kernels {
+namespace {
+
+using c10::IValue;
+
+const c10::DispatchKeySet kCPUKeys(c10::DispatchKey::CPU);
+const c10::DispatchKeySet kMetaKeys(c10::DispatchKey::Meta);
+
+// Apply `fn` to every tensor inside an argument or return value.
+template <typename Fn>
+void forEachTensor(const IValue& value, Fn&& fn) {
+  if (value.isTensor()) {
+    fn(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& t : value.toTensorList()) fn(t);
+  } else if (value.isList()) {
+    for (const IValue& v : value.toListRef())
+      if (v.isTensor()) fn(v.toTensor());
+  }
+}
+
+// Rebuild an argument with each tensor replaced by `fn(tensor)`.
+template <typename Fn>
+IValue mapTensors(const IValue& value, Fn&& fn) {
+  if (value.isTensor()) return fn(value.toTensor());
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : value.toTensorList()) out.push_back(fn(t));
+    return out;
+  }
+  if (value.isList()) {
+    auto list = value.toList();
+    bool has_tensor = false;
+    for (const IValue& v : list)
+      has_tensor = has_tensor || v.isTensor();
+    if (!has_tensor) return value;
+    c10::impl::GenericList out(list.elementType());
+    for (const IValue& v : list) out.push_back(v.isTensor() ? IValue(fn(v.toTensor())) : v);
+    return out;
+  }
+  return value;
+}
+
+bool containsTensor(const IValue& value) {
+  bool found = false;
+  forEachTensor(value, [&](const at::Tensor&) { found = true; });
+  return found;
+}
+
+// Ops that legitimately take non-scalar CPU tensors next to device tensors
+// (CUDA accepts CPU index tensors for advanced indexing).
+bool acceptsHostTensors(const c10::OperatorName& name) {
+  const std::string& n = name.name;
+  return n.rfind("aten::index", 0) == 0 || n == "aten::_index_put_impl_" ||
+         n == "aten::_foreach_add" || n == "aten::_foreach_mul";
+}
+
+// Finds the device the op runs on and checks all tensors agree (CUDA's rule:
+// one device, plus CPU tensors only as 0-dim scalars).
+std::optional<c10::Device> findDevice(const c10::OperatorHandle& op, const IValue* args,
+                                      size_t num_args) {
+  std::optional<c10::Device> device;
+  std::optional<c10::Device> host_tensor;
+  for (size_t i = 0; i < num_args; ++i) {
+    forEachTensor(args[i], [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      if (isOpenReg(t)) {
+        if (!device) device = t.device();
+        TORCH_CHECK(*device == t.device(),
+                    "Expected all tensors to be on the same device, but found at least two "
+                    "devices, ", *device, " and ", t.device(), "! (in ", op.schema().name(), ")");
+      } else if (t.dim() > 0 && !t.is_meta()) {
+        host_tensor = t.device();
+      }
+    });
+    if (args[i].isDevice() && args[i].toDevice().is_privateuseone() && !device)
+      device = args[i].toDevice();
+  }
+  if (device && host_tensor && !acceptsHostTensors(op.schema().operator_name())) {
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                "devices, ", *device, " and ", *host_tensor, "! (in ", op.schema().name(), ")");
+  }
+  if (device && device->index() < 0) device = c10::Device(device->type(), current_device());
+  return device;
+}
+
+// Converts openreg arguments for running the op elsewhere: tensors to
+// kernel views (CPU) or meta tensors, devices to CPU / Meta, and generators to
+// the CPU generator holding the openreg generator's state.
+class ArgumentConverter {
+ public:
+  ArgumentConverter(c10::DeviceIndex device, bool to_meta) : device_(device), to_meta_(to_meta) {}
+
+  IValue convert(const IValue& arg, const c10::Argument& schema_arg) {
+    if (arg.isDevice() && arg.toDevice().is_privateuseone())
+      return c10::Device(to_meta_ ? c10::DeviceType::Meta : c10::DeviceType::CPU);
+    if (isGeneratorArg(schema_arg)) {
+      if (to_meta_) return arg;
+      if (arg.isNone()) return cpuGeneratorOf(getDefaultGenerator(device_));
+      if (arg.isGenerator() && arg.toGenerator().device().is_privateuseone())
+        return cpuGeneratorOf(arg.toGenerator());
+      return arg;
+    }
+    return mapTensors(arg, [&](const at::Tensor& t) { return convertTensor(t); });
+  }
+
+  at::Tensor convertTensor(const at::Tensor& t) {
+    if (!isOpenReg(t)) return t;
+    if (!to_meta_) return kernelViewSharing(t);
+    auto& storage = meta_storages_[t.storage().unsafeGetStorageImpl()];
+    if (!storage) {
+      storage = c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
+                             c10::DataPtr(nullptr, c10::Device(c10::DeviceType::Meta)),
+                             c10::GetAllocator(c10::DeviceType::Meta), true);
+    }
+    return makeAlias(t, storage, c10::DispatchKey::Meta);
+  }
+
+  // The openreg storage a converted (meta or kernel-view) storage stands for.
+  c10::StorageImpl* originalOf(const c10::StorageImpl* converted) const {
+    for (const auto& [original, s] : meta_storages_)
+      if (s.unsafeGetStorageImpl() == converted) return original;
+    for (const auto& [original, s] : cpu_storages_)
+      if (s.unsafeGetStorageImpl() == converted) return original;
+    return nullptr;
+  }
+
+ private:
+  static bool isGeneratorArg(const c10::Argument& a) {
+    const auto& type = a.type();
+    if (type->kind() == c10::TypeKind::GeneratorType) return true;
+    if (auto opt = type->cast<c10::OptionalType>())
+      return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
+    return false;
+  }
+
+  // Views of one storage must map to one converted storage, so kernels
+  // detect overlap and the host detects which outputs alias which inputs.
+  at::Tensor kernelViewSharing(const at::Tensor& t) {
+    auto& storage = cpu_storages_[t.storage().unsafeGetStorageImpl()];
+    if (!storage) storage = kernelView(t).storage();
+    return makeAlias(t, storage, c10::DispatchKey::CPU);
+  }
+
+  static at::Tensor makeAlias(const at::Tensor& t, const c10::Storage& storage, c10::DispatchKey key) {
+    auto alias = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(storage), c10::DispatchKeySet(key), t.dtype());
+    alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    return alias;
+  }
+
+  c10::DeviceIndex device_;
+  bool to_meta_;
+  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> meta_storages_;
+  ska::flat_hash_map<c10::StorageImpl*, c10::Storage> cpu_storages_;
+};
+
+// An openreg tensor over `original` storage with `like`'s metadata.
+at::Tensor viewOfStorage(c10::StorageImpl* original, const at::Tensor& like) {
+  auto view = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(original)),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  return view;
+}
+
+bool returnsOnlyTensors(const c10::FunctionSchema& schema) {
+  for (const auto& r : schema.returns()) {
+    auto kind = r.type()->kind();
+    if (kind != c10::TypeKind::TensorType &&
+        !(kind == c10::TypeKind::ListType &&
+          r.type()->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::TensorType))
+      return false;
+  }
+  return true;
+}
+
+// Brings openreg inputs whose metadata the op changed (resize_ of out=
+// arguments, in-place views like transpose_) in line with the converted copy.
+void syncInputMetadata(const std::vector<at::Tensor>& originals,
+                       const std::vector<at::Tensor>& converted) {
+  for (size_t i = 0; i < originals.size(); ++i) {
+    const at::Tensor& o = originals[i];
+    const at::Tensor& c = converted[i];
+    if (o.sizes() == c.sizes() && o.strides() == c.strides() &&
+        o.storage_offset() == c.storage_offset())
+      continue;
+    size_t needed = at::detail::computeStorageNbytes(c.sizes(), c.strides(), c.dtype().itemsize(),
+                                                     c.storage_offset());
+    if (c.numel() > 0 && needed > o.storage().nbytes()) {
+      resize_(o, c10::fromIntArrayRefSlow({static_cast<int64_t>(needed / o.dtype().itemsize())}),
+              std::nullopt);
+    }
+    o.unsafeGetTensorImpl()->set_sizes_and_strides(c.sizes(), c.strides(), c.storage_offset());
+  }
+}
+
+// Maps a result computed on converted tensors back to openreg: the original
+// input itself, a view of an input's storage, or (fresh) nullopt.
+std::optional<at::Tensor> aliasedResult(const at::Tensor& result, const ArgumentConverter& conv,
+                                        const std::vector<at::Tensor>& originals,
+                                        const std::vector<at::Tensor>& converted) {
+  for (size_t i = 0; i < converted.size(); ++i)
+    if (result.unsafeGetTensorImpl() == converted[i].unsafeGetTensorImpl()) return originals[i];
+  if (c10::StorageImpl* original = conv.originalOf(result.storage().unsafeGetStorageImpl()))
+    return viewOfStorage(original, result);
+  return std::nullopt;
+}
+
+struct PreparedCall {
+  std::vector<IValue> args;                 // converted arguments
+  std::vector<at::Tensor> originals;        // openreg tensor inputs (flattened)
+  std::vector<at::Tensor> converted;        // their converted counterparts
+};
+
+PreparedCall prepare(const c10::FunctionSchema& schema, const IValue* args, size_t num_args,
+                     ArgumentConverter& conv) {
+  PreparedCall call;
+  call.args.reserve(num_args);
+  for (size_t i = 0; i < num_args; ++i) {
+    if (args[i].isDevice() || !containsTensor(args[i])) {
+      call.args.push_back(conv.convert(args[i], schema.arguments()[i]));
+      continue;
+    }
+    call.args.push_back(mapTensors(args[i], [&](const at::Tensor& t) {
+      at::Tensor c = conv.convertTensor(t);
+      if (isOpenReg(t)) {
+        call.originals.push_back(t);
+        call.converted.push_back(c);
+      }
+      return c;
+    }));
+  }
+  return call;
+}
+
+at::Tensor emptyLike(const at::Tensor& like, c10::Device device) {
+  return at::empty_strided(like.sizes(), like.strides(),
+                           at::TensorOptions().dtype(like.dtype()).device(device));
+}
+
+void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args,
+                      c10::Device device) {
+  const auto& schema = op.schema();
+  synchronizeStream(getCurrentStream(device.index()));
+  ArgumentConverter conv(device.index(), /*to_meta=*/false);
+  IValue* args = stack->data() + stack->size() - num_args;
+  PreparedCall call = prepare(schema, args, num_args, conv);
+
+  // out= arguments may need resizing to a data-dependent size, which a kernel
+  // view cannot do: give the CPU op a fresh host tensor and copy back.
+  std::vector<std::pair<at::Tensor, at::Tensor>> out_args;  // (openreg, host)
+  for (size_t i = 0; i < num_args; ++i) {
+    const auto& a = schema.arguments()[i];
+    if (a.kwarg_only() && a.alias_info() && a.alias_info()->isWrite() && args[i].isTensor() &&
+        isOpenReg(args[i].toTensor())) {
+      at::Tensor host = at::empty({0}, args[i].toTensor().options().device(c10::kCPU));
+      out_args.emplace_back(args[i].toTensor(), host);
+      call.args[i] = host;
+    }
+  }
+
+  torch::jit::drop(*stack, num_args);
+  torch::jit::Stack cpu_stack(call.args.begin(), call.args.end());
+  op.redispatchBoxed(kCPUKeys, &cpu_stack);
+  syncInputMetadata(call.originals, call.converted);
+  for (auto& [dev, host] : out_args) {
+    dev.resize_(host.sizes());
+    kernelView(dev).copy_(host);
+  }
+
+  for (IValue& result : cpu_stack) {
+    IValue mapped = mapTensors(result, [&](const at::Tensor& r) -> at::Tensor {
+      if (!r.defined()) return r;
+      for (auto& [dev, host] : out_args)
+        if (r.is_same(host)) return dev;
+      if (auto alias = aliasedResult(r, conv, call.originals, call.converted)) return *alias;
+      at::Tensor out = emptyLike(r, device);
+      kernelView(out).copy_(r);
+      return out;
+    });
+    stack->push_back(std::move(mapped));
+  }
+}
+
+// Returns false (stack untouched) if the op cannot be inferred on Meta.
+bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                          size_t num_args, c10::Device device) {
+  const auto& schema = op.schema();
+  if (!returnsOnlyTensors(schema) || schema.returns().empty()) return false;
+  IValue* args = stack->data() + stack->size() - num_args;
+
+  ArgumentConverter meta(device.index(), /*to_meta=*/true);
+  PreparedCall meta_call = prepare(schema, args, num_args, meta);
+  torch::jit::Stack meta_stack(meta_call.args.begin(), meta_call.args.end());
+  try {
+    op.redispatchBoxed(kMetaKeys, &meta_stack);
+  } catch (const c10::Error&) {
+    return false;  // no Meta kernel, or data-dependent: the sync path decides
+  }
+
+  syncInputMetadata(meta_call.originals, meta_call.converted);
+
+  // Device outputs: aliases of inputs, or fresh allocations the kernel fills.
+  // slots[k] is the fresh-output index of the k-th returned tensor, or -1.
+  std::vector<IValue> results;
+  std::vector<at::Tensor> fresh;
+  std::vector<int> slots;
+  for (const IValue& r : meta_stack) {
+    results.push_back(mapTensors(r, [&](const at::Tensor& m) -> at::Tensor {
+      if (m.defined()) {
+        if (auto alias = aliasedResult(m, meta, meta_call.originals, meta_call.converted)) {
+          slots.push_back(-1);
+          return *alias;
+        }
+        slots.push_back(static_cast<int>(fresh.size()));
+        fresh.push_back(emptyLike(m, device));
+        return fresh.back();
+      }
+      slots.push_back(-1);
+      return m;
+    }));
+  }
+
+  ArgumentConverter cpu(device.index(), /*to_meta=*/false);
+  PreparedCall cpu_call = prepare(schema, args, num_args, cpu);
+  std::vector<at::Tensor> fresh_views;
+  for (const auto& f : fresh) fresh_views.push_back(kernelView(f));
+  std::vector<at::Tensor> writes = fresh;
+  for (const auto& t : meta_call.originals) writes.push_back(t);  // conservative
+
+  auto kernel = [op, cpu_args = std::move(cpu_call.args), fresh_views, slots]() mutable {
+    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+    torch::jit::Stack cpu_stack(cpu_args.begin(), cpu_args.end());
+    op.redispatchBoxed(kCPUKeys, &cpu_stack);
+    size_t k = 0;
+    for (const IValue& r : cpu_stack) {
+      // Results that alias inputs were written in place; fresh ones move.
+      mapTensors(r, [&](const at::Tensor& t) {
+        int slot = k < slots.size() ? slots[k] : -1;
+        ++k;
+        if (slot >= 0 && t.defined()) fresh_views[slot].copy_(t);
+        return t;
+      });
+    }
+  };
+  launchKernel(getCurrentStream(device.index()), std::move(kernel), meta_call.originals, writes);
+
+  torch::jit::drop(*stack, num_args);
+  for (auto& r : results) stack->push_back(std::move(r));
+  return true;
+}
+
+}  // namespace
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t num_args = op.schema().arguments().size();
+  const IValue* args = stack->data() + stack->size() - num_args;
+  std::optional<c10::Device> device = findDevice(op, args, num_args);
+  TORCH_CHECK(device.has_value(), "openreg fallback: no openreg tensor or device among the "
+              "arguments of ", op.schema().name());
+  c10::DeviceGuard guard(*device);
+  if (!tryRunAsynchronously(op, stack, num_args, *device)) runSynchronously(op, stack, num_args, *device);
+}
+
+}  // namespace openreg::kernels

@@ -1,0 +1,45 @@
+// Declarations of openreg's native ATen kernels, registered for PrivateUse1
+// in RegisterOpenReg.cpp. Grouped by family; each .cpp holds one family.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/core/Scalar.h>
+#include <c10/core/Storage.h>
+
+namespace openreg::kernels {
+
+// Factories.cpp
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format);
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory);
+
+// Copy.cpp
+at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
+at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
+
+// TensorShape.cpp: views and storage manipulation (host-only, no kernel)
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<c10::MemoryFormat> memory_format);
+at::Tensor& set_storage_(at::Tensor& self, c10::Storage source, c10::SymInt storage_offset,
+                         c10::SymIntArrayRef size, c10::SymIntArrayRef stride);
+at::Tensor& set_source_storage_(at::Tensor& self, c10::Storage source);
+at::Tensor& set_source_tensor_(at::Tensor& self, const at::Tensor& source);
+at::Tensor& set_empty_(at::Tensor& self);
+bool is_set_to(const at::Tensor& self, const at::Tensor& tensor);
+
+// Scalar.cpp: fill, item, record_stream
+at::Tensor& fill_scalar_(at::Tensor& self, const c10::Scalar& value);
+at::Tensor& fill_tensor_(at::Tensor& self, const at::Tensor& value);
+c10::Scalar _local_scalar_dense(const at::Tensor& self);
+void record_stream(at::Tensor& self, c10::Stream stream);
+
+// Fallback.cpp: every operator without a native kernel
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+}  // namespace openreg::kernels

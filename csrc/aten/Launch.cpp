@@ -1,0 +1,43 @@
+#include "Launch.h"
+
+#include <c10/core/TensorImpl.h>
+
+#include "../runtime/OpenRegException.h"
+#include "../runtime/OpenRegStream.h"
+
+namespace openreg {
+
+at::Tensor kernelView(const at::Tensor& t) {
+  const c10::Storage& storage = t.storage();
+  c10::Storage alias(c10::Storage::use_byte_size_t(), storage.nbytes(),
+                     c10::DataPtr(orKernelPtr(storage.data()), c10::Device(c10::DeviceType::CPU)),
+                     /*allocator=*/nullptr, /*resizable=*/false);
+  auto view = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(alias), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return view;
+}
+
+void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
+                  const std::vector<at::Tensor>& reads, const std::vector<at::Tensor>& writes) {
+  std::vector<orAccess> accesses;
+  accesses.reserve(reads.size() + writes.size());
+  for (const auto& t : reads)
+    if (isOpenReg(t)) accesses.push_back({t.storage().data(), false});
+  for (const auto& t : writes)
+    if (isOpenReg(t)) accesses.push_back({t.storage().data(), true});
+  orStream raw = rawStream(stream);
+  orError error = orLaunchKernel(raw, std::move(kernel), std::move(accesses));
+  TORCH_CHECK(error != orErrorLaunchFailure, "openreg kernel failed asynchronously on ", stream,
+              ": ", orStreamLastError(raw),
+              "\nKernel errors are reported at a later API call, as on CUDA.");
+  OPENREG_CHECK(error);
+}
+
+void launchOnCurrentStream(const at::Tensor& t, std::function<void()> kernel,
+                           const std::vector<at::Tensor>& reads,
+                           const std::vector<at::Tensor>& writes) {
+  launchKernel(getCurrentStream(t.device().index()), std::move(kernel), reads, writes);
+}
+
+}  // namespace openreg

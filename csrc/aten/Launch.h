@@ -1,0 +1,37 @@
+// The kernel launch path shared by every openreg operator.
+//
+// An openreg kernel is a host function queued on the current stream of its
+// device. Kernels never see device pointers: `kernelView` gives a CPU tensor
+// over the same bytes through the kernel-visible mapping, so a kernel body is
+// ordinary CPU ATen code. Each launch declares the tensors it reads and
+// writes (for the future race checker, which compares them across streams).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Stream.h>
+
+#include <functional>
+#include <vector>
+
+namespace openreg {
+
+// A CPU tensor aliasing `t`'s memory. Only valid inside a kernel (or after a
+// synchronisation): device memory is not ordered with the host otherwise.
+at::Tensor kernelView(const at::Tensor& t);
+
+// Queue `kernel` on `stream`. Raises if an earlier kernel on it failed.
+void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
+                  const std::vector<at::Tensor>& reads = {},
+                  const std::vector<at::Tensor>& writes = {});
+
+// Queue on the current stream of `t`'s device.
+void launchOnCurrentStream(const at::Tensor& t, std::function<void()> kernel,
+                           const std::vector<at::Tensor>& reads = {},
+                           const std::vector<at::Tensor>& writes = {});
+
+// True if the tensor lives on an openreg device.
+inline bool isOpenReg(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+}  // namespace openreg

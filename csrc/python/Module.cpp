@@ -1,0 +1,84 @@
+// The openreg._C Python extension: the small surface the Python package
+// (openreg/) needs beyond what torch.Stream / torch.Event / torch.accelerator
+// already reach through the registered hooks.
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <thread>
+
+#include "../aten/Launch.h"
+#include "../runtime/OpenRegCachingAllocator.h"
+#include "../runtime/OpenRegException.h"
+#include "../runtime/OpenRegFunctions.h"
+#include "../runtime/OpenRegGenerator.h"
+#include "../runtime/OpenRegStream.h"
+
+namespace py = pybind11;
+
+namespace openreg {
+namespace {
+
+c10::Stream streamFrom(int64_t stream_id, int64_t device_index) {
+  return c10::Stream(c10::Stream::UNSAFE,
+                     c10::Device(c10::DeviceType::PrivateUse1,
+                                 static_cast<c10::DeviceIndex>(device_index)),
+                     stream_id);
+}
+
+}  // namespace
+}  // namespace openreg
+
+PYBIND11_MODULE(_C, m) {
+  using namespace openreg;
+  m.doc() = "openreg runtime bindings";
+
+  m.def("_device_count", [] { return static_cast<int>(device_count()); });
+  m.def("_current_device", [] { return static_cast<int>(current_device()); });
+  m.def("_set_device", [](int d) { set_device(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_exchange_device", [](int d) {
+    return static_cast<int>(exchange_device(static_cast<c10::DeviceIndex>(d)));
+  });
+  m.def("_check_device", [](int d) { check_device_index(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_is_initialized", [] { return orIsInitialized(); });
+  m.def("_is_forked_child", [] { return orIsForkedChild(); });
+  m.def("_device_total_memory", [] { return orDeviceTotalMemory(); });
+  m.def("_device_used_memory", [](int d) { return orMemoryUsed(d); });
+
+  m.def("_synchronize", [](int d) {
+    py::gil_scoped_release no_gil;
+    synchronizeDevice(static_cast<c10::DeviceIndex>(d));
+  });
+  m.def("_current_stream", [](int d) {
+    c10::Stream s = getCurrentStream(static_cast<c10::DeviceIndex>(d));
+    return py::make_tuple(s.id(), static_cast<int>(s.device_index()));
+  });
+  m.def("_default_stream", [](int d) {
+    c10::Stream s = getDefaultStream(static_cast<c10::DeviceIndex>(d));
+    return py::make_tuple(s.id(), static_cast<int>(s.device_index()));
+  });
+  m.def("_set_stream", [](int64_t stream_id, int64_t device_index) {
+    setCurrentStream(streamFrom(stream_id, device_index));
+  });
+  m.def("_stream_priority", [](int64_t stream_id, int64_t device_index) {
+    return streamPriority(streamFrom(stream_id, device_index));
+  });
+  // Like torch.cuda._sleep: a kernel that keeps the current stream busy.
+  m.def("_sleep", [](double milliseconds) {
+    c10::Stream s = getCurrentStream(current_device());
+    OPENREG_CHECK(orLaunchKernel(rawStream(s), [milliseconds] {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(milliseconds));
+    }));
+  });
+  // A kernel that fails, to exercise asynchronous error reporting.
+  m.def("_raise_in_kernel", [](const std::string& message) {
+    c10::Stream s = getCurrentStream(current_device());
+    OPENREG_CHECK(orLaunchKernel(rawStream(s), [message] { throw std::runtime_error(message); }));
+  });
+
+  m.def("_empty_cache", [] { getCachingAllocator()->emptyCache(); });
+  m.def("_default_generator", [](int d) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(getDefaultGenerator(static_cast<c10::DeviceIndex>(d))));
+  });
+}

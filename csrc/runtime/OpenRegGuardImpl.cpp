@@ -1,0 +1,122 @@
+// PyTorch hook: c10::impl::DeviceGuardImplInterface for PrivateUse1
+// (registered with C10_REGISTER_GUARD_IMPL). This is what DeviceGuard,
+// StreamGuard, torch.Stream, torch.Event and torch.accelerator call for
+// "openreg": device switching, streams, and events.
+// Tests: tests/runtime/test_streams.py, tests/runtime/test_device.py.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include "OpenRegException.h"
+#include "OpenRegFunctions.h"
+#include "OpenRegStream.h"
+
+namespace openreg {
+namespace {
+
+struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  static constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
+
+  c10::DeviceType type() const override { return kType; }
+
+  c10::Device exchangeDevice(c10::Device d) const override {
+    TORCH_INTERNAL_ASSERT(d.is_privateuseone());
+    return c10::Device(kType, exchange_device(d.index()));
+  }
+  c10::Device getDevice() const override { return c10::Device(kType, current_device()); }
+  void setDevice(c10::Device d) const override {
+    TORCH_INTERNAL_ASSERT(d.is_privateuseone());
+    set_device(d.index());
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    try {
+      set_device(d.index());
+    } catch (...) {
+    }
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
+
+  c10::Stream getStream(c10::Device d) const override { return getCurrentStream(d.index()); }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return openreg::getDefaultStream(d.index());
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
+    return getStreamFromPool(d.index(), high_priority ? -1 : 0);
+  }
+  c10::Stream getNewStream(c10::Device d, int priority) const override {
+    return getStreamFromPool(d.index(), priority);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    c10::Stream previous = getCurrentStream(s.device_index());
+    setCurrentStream(s);
+    return previous;
+  }
+  bool queryStream(const c10::Stream& s) const override {
+    orError e = orStreamQuery(rawStream(s));
+    if (e == orErrorNotReady) return false;
+    OPENREG_CHECK(e);
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& s) const override { openreg::synchronizeStream(s); }
+  void synchronizeDevice(c10::DeviceIndex index) const override { openreg::synchronizeDevice(index); }
+
+  // Events are created lazily on first record, like CUDA's.
+  void record(void** event, const c10::Stream& s, const c10::DeviceIndex device_index,
+              const c10::EventFlag flag) const override {
+    TORCH_CHECK(device_index == -1 || device_index == s.device_index(),
+                "Event device index ", static_cast<int>(device_index),
+                " does not match recording stream's device index ",
+                static_cast<int>(s.device_index()), ".");
+    if (!*event) {
+      orEvent created = nullptr;
+      OPENREG_CHECK(orEventCreate(&created, flag == c10::EventFlag::BACKEND_DEFAULT));
+      *event = created;
+    }
+    OPENREG_CHECK(orEventRecord(static_cast<orEvent>(*event), rawStream(s)));
+  }
+  void block(void* event, const c10::Stream& s) const override {
+    if (!event) return;  // an unrecorded event is complete
+    OPENREG_CHECK(orStreamWaitEvent(rawStream(s), static_cast<orEvent>(event)));
+  }
+  bool queryEvent(void* event) const override {
+    if (!event) return true;
+    orError e = orEventQuery(static_cast<orEvent>(event));
+    if (e == orErrorNotReady) return false;
+    OPENREG_CHECK(e);
+    return true;
+  }
+  void synchronizeEvent(void* event) const override {
+    if (event) OPENREG_CHECK(orEventSynchronize(static_cast<orEvent>(event)));
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    if (event) orEventDestroy(static_cast<orEvent>(event));
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    TORCH_CHECK(start && end,
+                "Both events must be recorded before calculating elapsed time.");
+    float ms = 0;
+    orError e = orEventElapsedTime(&ms, static_cast<orEvent>(start), static_cast<orEvent>(end));
+    TORCH_CHECK(e != orErrorInvalidValue,
+                "Both events must be created with argument 'enable_timing=True'.");
+    TORCH_CHECK(e != orErrorNotReady,
+                "Both events must be completed before calculating elapsed time.");
+    OPENREG_CHECK(e);
+    return ms;
+  }
+  void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& s) const override;
+};
+
+}  // namespace
+}  // namespace openreg
+
+#include "OpenRegCachingAllocator.h"
+
+namespace openreg {
+namespace {
+void OpenRegGuardImpl::recordDataPtrOnStream(const c10::DataPtr& data_ptr,
+                                             const c10::Stream& s) const {
+  getCachingAllocator()->recordStream(data_ptr, s);
+}
+}  // namespace
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, OpenRegGuardImpl);
+
+}  // namespace openreg

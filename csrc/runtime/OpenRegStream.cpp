@@ -1,0 +1,102 @@
+#include "OpenRegStream.h"
+
+#include <array>
+#include <atomic>
+#include <mutex>
+
+#include <c10/util/Exception.h>
+
+#include "OpenRegException.h"
+#include "OpenRegFunctions.h"
+
+namespace openreg {
+namespace {
+
+constexpr int kMaxDevices = 64;
+constexpr int kStreamsPerDevice = 1 + 2 * kStreamPoolSize;
+
+struct DeviceStreams {
+  std::array<std::once_flag, kStreamsPerDevice> created;
+  std::array<orStream, kStreamsPerDevice> streams{};
+  std::atomic<uint32_t> next_low{0};
+  std::atomic<uint32_t> next_high{0};
+};
+
+std::array<DeviceStreams, kMaxDevices> g_devices;
+// Per thread, per device: the StreamId of the current stream (0 = default).
+thread_local std::array<c10::StreamId, kMaxDevices> t_current{};
+
+int priorityOfId(c10::StreamId id) {
+  return id > kStreamPoolSize ? -1 : 0;
+}
+
+void checkStream(const c10::Stream& stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "Expected an openreg stream, got a stream of device ", stream.device());
+  TORCH_CHECK(stream.id() >= 0 && stream.id() < kStreamsPerDevice,
+              "Invalid openreg stream id ", stream.id());
+}
+
+}  // namespace
+
+c10::Stream getDefaultStream(c10::DeviceIndex device) {
+  device = resolve_device(device);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), 0);
+}
+
+c10::Stream getStreamFromPool(c10::DeviceIndex device, int priority) {
+  device = resolve_device(device);
+  auto& d = g_devices[device];
+  c10::StreamId id = priority < 0
+                         ? 1 + kStreamPoolSize + (d.next_high++ % kStreamPoolSize)
+                         : 1 + (d.next_low++ % kStreamPoolSize);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+}
+
+c10::Stream getCurrentStream(c10::DeviceIndex device) {
+  device = resolve_device(device);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device),
+                     t_current[device]);
+}
+
+void setCurrentStream(const c10::Stream& stream) {
+  checkStream(stream);
+  t_current[stream.device_index()] = stream.id();
+}
+
+orStream rawStream(const c10::Stream& stream) {
+  checkStream(stream);
+  c10::DeviceIndex device = resolve_device(stream.device_index());
+  auto& d = g_devices[device];
+  auto id = static_cast<size_t>(stream.id());
+  orError error = orSuccess;
+  std::call_once(d.created[id], [&] {
+    error = orStreamCreate(device, priorityOfId(stream.id()), &d.streams[id]);
+  });
+  OPENREG_CHECK(error);
+  TORCH_CHECK(d.streams[id] != nullptr, "openreg stream ", id, " failed to initialise earlier");
+  return d.streams[id];
+}
+
+int streamPriority(const c10::Stream& stream) {
+  checkStream(stream);
+  return priorityOfId(stream.id());
+}
+
+void synchronizeStream(const c10::Stream& stream) {
+  orStream raw = rawStream(stream);
+  orError error = orStreamSynchronize(raw);
+  TORCH_CHECK(error != orErrorLaunchFailure,
+              "openreg kernel failed asynchronously on ", stream, ": ",
+              orStreamLastError(raw),
+              "\nKernel errors are reported at a later API call, as on CUDA; "
+              "the stream is unusable afterwards.");
+  OPENREG_CHECK(error);
+}
+
+void synchronizeDevice(c10::DeviceIndex device) {
+  device = resolve_device(device);
+  OPENREG_CHECK(orDeviceSynchronize(device));
+}
+
+}  // namespace openreg

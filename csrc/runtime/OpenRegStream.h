@@ -1,0 +1,30 @@
+// Streams as PyTorch sees them: c10::Stream values (device + StreamId) mapped
+// onto driver streams. Mirrors c10/cuda/CUDAStream.h: a default stream per
+// device, pools of low- and high-priority streams handed out round-robin, and
+// a per-thread current stream per device.
+//
+// StreamId layout: 0 = default stream, 1..kPoolSize = priority 0 pool,
+// kPoolSize+1..2*kPoolSize = priority -1 (high) pool.
+#pragma once
+
+#include <c10/core/Stream.h>
+
+#include "driver/Driver.h"
+
+namespace openreg {
+
+constexpr int kStreamPoolSize = 4;
+
+c10::Stream getDefaultStream(c10::DeviceIndex device);
+// priority < 0 selects the high-priority pool, as torch.cuda.Stream(priority=-1).
+c10::Stream getStreamFromPool(c10::DeviceIndex device, int priority);
+c10::Stream getCurrentStream(c10::DeviceIndex device);
+void setCurrentStream(const c10::Stream& stream);
+// The driver stream behind a c10::Stream (created lazily).
+orStream rawStream(const c10::Stream& stream);
+int streamPriority(const c10::Stream& stream);
+// Waits for the stream; raises with the kernel's message if one failed.
+void synchronizeStream(const c10::Stream& stream);
+void synchronizeDevice(c10::DeviceIndex device);
+
+}  // namespace openreg

@@ -1,0 +1,98 @@
+// The simulated openreg driver: a small, torch-free C++ API named after CUDA's
+// runtime (orMalloc ~ cudaMalloc, orStreamSynchronize ~ cudaStreamSynchronize).
+//
+// What it simulates:
+//  - devices: OPENREG_DEVICE_COUNT of them, each with OPENREG_DEVICE_MEMORY bytes.
+//  - device memory: one memfd per device mapped twice. The *device* mapping
+//    (PROT_NONE) is what orMalloc hands out, so host code that dereferences a
+//    device pointer faults like it would on a GPU; the *kernel* mapping (RW)
+//    is what kernels running on streams use (orKernelPtr translates).
+//  - streams: each stream is an in-order queue executed by its own worker
+//    thread, concurrently with the host and other streams.
+//  - events: markers recorded on a stream; streams and the host can wait on them.
+//
+// Thread safety: every function may be called from any thread.
+// Errors: functions return an orError; nothing here throws (kernels' own
+// exceptions are captured and reported as orErrorLaunchFailure later, sticky
+// per stream, like CUDA's asynchronous errors).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace openreg {
+
+enum orError {
+  orSuccess = 0,
+  orErrorInvalidDevice,      // device index out of range
+  orErrorMemoryAllocation,   // device capacity exhausted
+  orErrorInvalidValue,       // bad pointer / handle / argument
+  orErrorNotReady,           // query: work still pending
+  orErrorLaunchFailure,      // a kernel raised; message in orGetLastKernelError
+  orErrorForkedChild,        // driver used in a fork of an initialised process
+};
+
+const char* orGetErrorString(orError error);
+
+// ---- devices ---------------------------------------------------------------
+int orDeviceCount();                 // OPENREG_DEVICE_COUNT, default 8
+size_t orDeviceTotalMemory();        // OPENREG_DEVICE_MEMORY, default 16 GiB
+bool orIsInitialized();              // any device touched yet in this process
+bool orIsForkedChild();              // true in a fork of an initialised parent
+orError orDeviceSynchronize(int device);
+
+// ---- memory ----------------------------------------------------------------
+// Device memory is sub-allocated from a per-device arena; freed ranges give
+// their pages back to the OS (like cudaFree returning memory to the driver).
+orError orMalloc(int device, void** ptr, size_t bytes);
+orError orFree(void* ptr);
+size_t orMemoryUsed(int device);     // bytes currently held by orMalloc
+// The kernel-visible address of a device pointer (nullptr stays nullptr).
+void* orKernelPtr(const void* device_ptr);
+// The device a pointer belongs to, or -1 for host memory.
+int orPointerDevice(const void* ptr);
+
+// ---- streams ---------------------------------------------------------------
+struct orStream_st;
+using orStream = orStream_st*;
+
+// What a kernel touches: the race checker (future) compares these per stream.
+struct orAccess {
+  const void* base;  // storage base (device pointer)
+  bool write;
+};
+
+// Streams are created once and live as long as the process (like CUDA's pools).
+orError orStreamCreate(int device, int priority, orStream* stream);
+int orStreamDevice(orStream stream);
+int orStreamPriority(orStream stream);
+// Queue `kernel` on `stream`; returns before it runs.
+orError orLaunchKernel(orStream stream, std::function<void()> kernel,
+                       std::vector<orAccess> accesses = {});
+orError orStreamQuery(orStream stream);        // orSuccess or orErrorNotReady
+orError orStreamSynchronize(orStream stream);  // blocks the calling thread
+// The message of the first kernel exception on this stream (sticky).
+std::string orStreamLastError(orStream stream);
+
+// ---- events ----------------------------------------------------------------
+struct orEvent_st;
+using orEvent = orEvent_st*;
+
+orError orEventCreate(orEvent* event, bool enable_timing);
+orError orEventDestroy(orEvent event);
+orError orEventRecord(orEvent event, orStream stream);
+orError orStreamWaitEvent(orStream stream, orEvent event);
+orError orEventQuery(orEvent event);
+orError orEventSynchronize(orEvent event);
+// Milliseconds between two recorded, completed, timing-enabled events.
+orError orEventElapsedTime(float* ms, orEvent start, orEvent end);
+
+// ---- pinned host memory ----------------------------------------------------
+orError orHostAlloc(void** ptr, size_t bytes);
+orError orHostFree(void* ptr);
+bool orIsPinned(const void* ptr);
+
+}  // namespace openreg

@@ -1,0 +1,177 @@
+// Device memory: one memfd per device, mapped twice.
+//
+//   device mapping (PROT_NONE)  <- addresses orMalloc returns; host access faults
+//   kernel mapping (READ|WRITE) <- the same pages, used by kernels on streams
+//
+// Both mappings are made once, so launching a kernel costs no mprotect/mmap
+// syscall. Allocation inside the arena is first-fit over a sorted free list;
+// freed ranges are coalesced and their whole pages are punched out of the memfd
+// so the host gets the memory back.
+#include "Internal.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <mutex>
+
+namespace openreg {
+namespace {
+
+constexpr size_t kAlignment = 512;  // cudaMalloc returns 256/512-aligned pointers
+constexpr size_t kPage = 4096;
+
+struct DeviceArena {
+  std::once_flag mapped;
+  orError map_error = orSuccess;
+  char* device_base = nullptr;  // PROT_NONE view
+  char* kernel_base = nullptr;  // RW view
+  size_t capacity = 0;
+
+  std::mutex mutex;
+  std::map<size_t, size_t> free_ranges;  // offset -> size   (GUARDED_BY mutex)
+  std::map<size_t, size_t> live;         // offset -> size   (GUARDED_BY mutex)
+  std::atomic<size_t> used{0};
+};
+
+constexpr int kMaxDevices = 64;
+std::array<DeviceArena, kMaxDevices> g_arenas;
+
+orError mapArena(int device, DeviceArena& arena) {
+  size_t capacity = (orDeviceTotalMemory() + kPage - 1) / kPage * kPage;
+  std::string name = "openreg-device-" + std::to_string(device);
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(capacity)) != 0) return orErrorMemoryAllocation;
+  void* dev = mmap(nullptr, capacity, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  void* ker = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  close(fd);  // the mappings keep the memory alive
+  if (dev == MAP_FAILED || ker == MAP_FAILED) return orErrorMemoryAllocation;
+  arena.device_base = static_cast<char*>(dev);
+  arena.kernel_base = static_cast<char*>(ker);
+  arena.capacity = capacity;
+  arena.free_ranges[0] = capacity;
+  return orSuccess;
+}
+
+DeviceArena* arenaFor(int device, orError* error) {
+  if (device < 0 || device >= orDeviceCount()) {
+    *error = orErrorInvalidDevice;
+    return nullptr;
+  }
+  detail::markInitialized();
+  DeviceArena& arena = g_arenas[device];
+  std::call_once(arena.mapped, [&] { arena.map_error = mapArena(device, arena); });
+  *error = arena.map_error;
+  return arena.map_error == orSuccess ? &arena : nullptr;
+}
+
+// Finds the arena whose device mapping contains ptr (lock-free: bases never change
+// after mapping).
+DeviceArena* arenaOf(const void* ptr, int* device_out) {
+  auto p = static_cast<const char*>(ptr);
+  int n = orDeviceCount();
+  for (int d = 0; d < n; ++d) {
+    DeviceArena& a = g_arenas[d];
+    if (a.device_base && p >= a.device_base && p < a.device_base + a.capacity) {
+      if (device_out) *device_out = d;
+      return &a;
+    }
+  }
+  return nullptr;
+}
+
+void releasePages(DeviceArena& arena, size_t offset, size_t size) {
+  size_t begin = (offset + kPage - 1) / kPage * kPage;
+  size_t end = (offset + size) / kPage * kPage;
+  if (end > begin) madvise(arena.kernel_base + begin, end - begin, MADV_REMOVE);
+}
+
+}  // namespace
+
+namespace detail {
+int deviceOfInaccessibleAddress(const void* addr) {
+  int device = -1;
+  arenaOf(addr, &device);
+  return device;
+}
+}  // namespace detail
+
+orError orMalloc(int device, void** ptr, size_t bytes) {
+  OR_RETURN_IF_FORKED();
+  if (!ptr) return orErrorInvalidValue;
+  orError error;
+  DeviceArena* arena = arenaFor(device, &error);
+  if (!arena) return error;
+  if (bytes == 0) {
+    *ptr = nullptr;
+    return orSuccess;
+  }
+  size_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  std::lock_guard<std::mutex> lock(arena->mutex);
+  for (auto it = arena->free_ranges.begin(); it != arena->free_ranges.end(); ++it) {
+    if (it->second < size) continue;
+    size_t offset = it->first;
+    size_t remaining = it->second - size;
+    arena->free_ranges.erase(it);
+    if (remaining) arena->free_ranges[offset + size] = remaining;
+    arena->live[offset] = size;
+    arena->used += size;
+    *ptr = arena->device_base + offset;
+    return orSuccess;
+  }
+  return orErrorMemoryAllocation;
+}
+
+orError orFree(void* ptr) {
+  OR_RETURN_IF_FORKED();
+  if (!ptr) return orSuccess;
+  DeviceArena* arena = arenaOf(ptr, nullptr);
+  if (!arena) return orErrorInvalidValue;
+  size_t offset = static_cast<char*>(ptr) - arena->device_base;
+  std::lock_guard<std::mutex> lock(arena->mutex);
+  auto live = arena->live.find(offset);
+  if (live == arena->live.end()) return orErrorInvalidValue;
+  size_t size = live->second;
+  arena->live.erase(live);
+  arena->used -= size;
+  // Coalesce with neighbours so large allocations stay possible.
+  auto next = arena->free_ranges.lower_bound(offset);
+  if (next != arena->free_ranges.end() && offset + size == next->first) {
+    size += next->second;
+    next = arena->free_ranges.erase(next);
+  }
+  if (next != arena->free_ranges.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      offset = prev->first;
+      size += prev->second;
+      arena->free_ranges.erase(prev);
+    }
+  }
+  arena->free_ranges[offset] = size;
+  releasePages(*arena, offset, size);
+  return orSuccess;
+}
+
+size_t orMemoryUsed(int device) {
+  if (device < 0 || device >= orDeviceCount()) return 0;
+  return g_arenas[device].used.load();
+}
+
+void* orKernelPtr(const void* device_ptr) {
+  if (!device_ptr) return nullptr;
+  DeviceArena* arena = arenaOf(device_ptr, nullptr);
+  if (!arena) return const_cast<void*>(device_ptr);  // host (e.g. pinned) memory
+  return arena->kernel_base + (static_cast<const char*>(device_ptr) - arena->device_base);
+}
+
+int orPointerDevice(const void* ptr) {
+  int device = -1;
+  arenaOf(ptr, &device);
+  return device;
+}
+
+}  // namespace openreg

@@ -1,0 +1,265 @@
+// Streams: an in-order queue of kernels executed by one worker thread per
+// stream. Events: a (stream, sequence number) marker; complete once the
+// stream has executed everything queued before it.
+//
+// Completion is tracked by sequence numbers: `enqueued` counts launched work,
+// `completed` counts finished work. Waiters spin briefly (cheap when the work
+// is short) and then block on the stream's condition variable, so many streams
+// on few cores never busy-wait for long.
+#include "Internal.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace openreg {
+
+struct orStream_st {
+  int device = 0;
+  int priority = 0;
+
+  std::mutex mutex;
+  std::condition_variable work_cv;  // worker waits for kernels
+  std::condition_variable done_cv;  // waiters wait for completion
+  std::deque<std::function<void()>> queue;  // GUARDED_BY mutex
+  std::atomic<uint64_t> enqueued{0};
+  std::atomic<uint64_t> completed{0};
+  std::atomic<int> waiters{0};
+  std::string first_error;  // GUARDED_BY mutex; sticky like CUDA's errors
+  std::atomic<bool> failed{false};
+  std::thread worker;
+
+  void run();
+  void waitFor(uint64_t seq);
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kSpinIterations = 2000;
+
+std::mutex g_registry_mutex;
+std::vector<orStream> g_streams;  // GUARDED_BY g_registry_mutex; for orDeviceSynchronize
+
+}  // namespace
+
+void orStream_st::run() {
+  for (;;) {
+    std::function<void()> kernel;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      work_cv.wait(lock, [&] { return !queue.empty(); });
+      kernel = std::move(queue.front());
+      queue.pop_front();
+    }
+    if (!failed.load(std::memory_order_relaxed)) {
+      try {
+        kernel();
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (first_error.empty()) first_error = e.what();
+        failed = true;
+      }
+    }
+    kernel = nullptr;  // release captures before signalling completion
+    completed.fetch_add(1, std::memory_order_release);
+    if (waiters.load(std::memory_order_acquire) > 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      done_cv.notify_all();
+    }
+  }
+}
+
+void orStream_st::waitFor(uint64_t seq) {
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (completed.load(std::memory_order_acquire) >= seq) return;
+    if (i > 100) std::this_thread::yield();
+  }
+  waiters.fetch_add(1, std::memory_order_acq_rel);
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    done_cv.wait(lock, [&] { return completed.load(std::memory_order_acquire) >= seq; });
+  }
+  waiters.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+orError orStreamCreate(int device, int priority, orStream* stream) {
+  OR_RETURN_IF_FORKED();
+  if (device < 0 || device >= orDeviceCount()) return orErrorInvalidDevice;
+  if (!stream) return orErrorInvalidValue;
+  detail::markInitialized();
+  auto* s = new orStream_st();  // streams live for the process, like CUDA's pools
+  s->device = device;
+  s->priority = priority;
+  s->worker = std::thread([s] { s->run(); });
+  s->worker.detach();
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    g_streams.push_back(s);
+  }
+  *stream = s;
+  return orSuccess;
+}
+
+orError orDeviceSynchronize(int device) {
+  OR_RETURN_IF_FORKED();
+  if (device < 0 || device >= orDeviceCount()) return orErrorInvalidDevice;
+  std::vector<orStream> streams;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    for (auto* s : g_streams)
+      if (s->device == device) streams.push_back(s);
+  }
+  orError result = orSuccess;
+  for (auto* s : streams) {
+    orError e = orStreamSynchronize(s);
+    if (e != orSuccess && result == orSuccess) result = e;
+  }
+  return result;
+}
+
+int orStreamDevice(orStream stream) { return stream->device; }
+int orStreamPriority(orStream stream) { return stream->priority; }
+
+orError orLaunchKernel(orStream stream, std::function<void()> kernel,
+                       std::vector<orAccess> /*accesses: for the race checker*/) {
+  OR_RETURN_IF_FORKED();
+  if (!stream) return orErrorInvalidValue;
+  if (stream->failed.load(std::memory_order_relaxed)) return orErrorLaunchFailure;
+  {
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    stream->queue.push_back(std::move(kernel));
+    stream->enqueued.fetch_add(1, std::memory_order_relaxed);
+  }
+  stream->work_cv.notify_one();
+  return orSuccess;
+}
+
+orError orStreamQuery(orStream stream) {
+  OR_RETURN_IF_FORKED();
+  if (!stream) return orErrorInvalidValue;
+  if (stream->failed.load()) return orErrorLaunchFailure;
+  return stream->completed.load(std::memory_order_acquire) >= stream->enqueued.load()
+             ? orSuccess
+             : orErrorNotReady;
+}
+
+orError orStreamSynchronize(orStream stream) {
+  OR_RETURN_IF_FORKED();
+  if (!stream) return orErrorInvalidValue;
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    target = stream->enqueued.load();
+  }
+  stream->waitFor(target);
+  return stream->failed.load() ? orErrorLaunchFailure : orSuccess;
+}
+
+std::string orStreamLastError(orStream stream) {
+  std::lock_guard<std::mutex> lock(stream->mutex);
+  return stream->first_error;
+}
+
+// ---- events ----------------------------------------------------------------
+
+namespace {
+// One recording of an event. Re-recording an event makes a new Record, so a
+// wait that captured the old one is unaffected (CUDA semantics).
+struct Record {
+  orStream stream = nullptr;
+  uint64_t seq = 0;  // complete when stream->completed >= seq
+  std::atomic<int64_t> time_ns{0};
+};
+}  // namespace
+
+struct orEvent_st {
+  bool timing = false;
+  std::mutex mutex;
+  std::shared_ptr<Record> record;  // GUARDED_BY mutex; null until recorded
+
+  std::shared_ptr<Record> current() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return record;
+  }
+};
+
+orError orEventCreate(orEvent* event, bool enable_timing) {
+  if (!event) return orErrorInvalidValue;
+  *event = new orEvent_st();
+  (*event)->timing = enable_timing;
+  return orSuccess;
+}
+
+orError orEventDestroy(orEvent event) {
+  delete event;  // pending Records are shared_ptr-owned by kernels that use them
+  return orSuccess;
+}
+
+orError orEventRecord(orEvent event, orStream stream) {
+  OR_RETURN_IF_FORKED();
+  if (!event || !stream) return orErrorInvalidValue;
+  auto record = std::make_shared<Record>();
+  record->stream = stream;
+  std::function<void()> mark;
+  if (event->timing) {
+    mark = [record] {
+      record->time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            Clock::now().time_since_epoch()).count();
+    };
+  } else {
+    mark = [] {};
+  }
+  {
+    // Enqueue and read the sequence number atomically w.r.t. other launches.
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    stream->queue.push_back(std::move(mark));
+    record->seq = stream->enqueued.fetch_add(1) + 1;
+  }
+  stream->work_cv.notify_one();
+  std::lock_guard<std::mutex> lock(event->mutex);
+  event->record = std::move(record);
+  return orSuccess;
+}
+
+orError orStreamWaitEvent(orStream stream, orEvent event) {
+  OR_RETURN_IF_FORKED();
+  if (!event || !stream) return orErrorInvalidValue;
+  auto record = event->current();
+  if (!record || record->stream == stream) return orSuccess;  // in-order already
+  return orLaunchKernel(stream, [record] { record->stream->waitFor(record->seq); });
+}
+
+orError orEventQuery(orEvent event) {
+  OR_RETURN_IF_FORKED();
+  if (!event) return orErrorInvalidValue;
+  auto record = event->current();
+  if (!record) return orSuccess;
+  return record->stream->completed.load(std::memory_order_acquire) >= record->seq
+             ? orSuccess
+             : orErrorNotReady;
+}
+
+orError orEventSynchronize(orEvent event) {
+  OR_RETURN_IF_FORKED();
+  if (!event) return orErrorInvalidValue;
+  auto record = event->current();
+  if (record) record->stream->waitFor(record->seq);
+  return orSuccess;
+}
+
+orError orEventElapsedTime(float* ms, orEvent start, orEvent end) {
+  if (!ms || !start || !end || !start->timing || !end->timing) return orErrorInvalidValue;
+  auto a = start->current();
+  auto b = end->current();
+  if (!a || !b) return orErrorInvalidValue;
+  if (orEventQuery(start) != orSuccess || orEventQuery(end) != orSuccess) return orErrorNotReady;
+  *ms = static_cast<float>(b->time_ns.load() - a->time_ns.load()) / 1e6f;
+  return orSuccess;
+}
+
+}  // namespace openreg

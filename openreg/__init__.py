@@ -1,0 +1,77 @@
+"""openreg: a simulated PyTorch accelerator on the CPU.
+
+``import torch`` loads this package through the ``torch.backends`` entry point
+(``_autoload``); ``import openreg`` works as well. Afterwards the device type
+``"openreg"`` exists and ``torch.openreg`` is this module, with the same
+surface as ``torch.cuda`` for devices, streams, events, memory and RNG.
+"""
+import torch
+
+from . import _C  # noqa: F401  (registers the device with PyTorch's hooks)
+from .device import (
+    _lazy_init,
+    current_device,
+    device,
+    device_count,
+    device_of,
+    get_device_capability,
+    get_device_name,
+    get_device_properties,
+    is_available,
+    is_initialized,
+    set_device,
+    synchronize,
+)
+from .streams import (
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+    _sleep,
+)
+from .memory import (
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+)
+from .random import (
+    default_generators,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from . import _registration
+
+_registration.register()
+
+
+def _autoload():
+    """Entry point for torch's device-backend autoloading (importing does the work)."""
+
+
+__all__ = [
+    "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_stream",
+    "device", "device_count", "device_of", "empty_cache", "get_device_capability",
+    "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
+    "initial_seed", "is_available", "is_initialized", "manual_seed", "manual_seed_all",
+    "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
+    "memory_reserved", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats", "seed", "seed_all", "set_device", "set_rng_state",
+    "set_rng_state_all", "set_stream", "stream", "synchronize",
+]

@@ -1,0 +1,127 @@
+"""Device selection and properties (the torch.cuda device API, for openreg).
+
+Backed by the PrivateUse1 hooks and DeviceGuardImpl in csrc/runtime.
+Tests: tests/runtime/test_device.py.
+"""
+import os
+from dataclasses import dataclass
+from typing import Any, Union
+
+import torch
+
+from . import _C
+
+_DeviceLike = Union[torch.device, str, int, None]
+
+
+def _lazy_init() -> None:
+    """Raises in a forked child of an initialised parent (CUDA's rule)."""
+    if _C._is_forked_child():
+        raise RuntimeError(
+            "Cannot re-initialize openreg in forked subprocess. To use openreg with "
+            "multiprocessing, you must use the 'spawn' start method"
+        )
+
+
+def _get_device_index(device: _DeviceLike, optional: bool = True) -> int:
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "openreg":
+            raise ValueError(f"Expected an openreg device, but got: {device}")
+        index = device.index
+    else:
+        index = device
+    if index is None or index == -1:
+        if not optional:
+            raise ValueError(f"Expected a device with a specified index, got {device}")
+        return current_device()
+    if not isinstance(index, int):
+        raise TypeError(f"Invalid device {device!r}")
+    _C._check_device(index)
+    return index
+
+
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def is_initialized() -> bool:
+    return _C._is_initialized() and not _C._is_forked_child()
+
+
+def device_count() -> int:
+    text = os.environ.get("OPENREG_DEVICE_COUNT")
+    if text is not None and text.strip() and not (text.isdigit() and 1 <= int(text) <= 64):
+        raise ValueError(f"OPENREG_DEVICE_COUNT must be an integer in 1..64, got {text!r}")
+    return _C._device_count()
+
+
+def current_device() -> int:
+    _lazy_init()
+    return _C._current_device()
+
+
+def set_device(device: _DeviceLike) -> None:
+    _lazy_init()
+    index = _get_device_index(device)
+    _C._set_device(index)
+
+
+class device:
+    """Context manager that changes the current device (like torch.cuda.device)."""
+
+    def __init__(self, device: Any):
+        self.idx = -1 if device is None else _get_device_index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        _lazy_init()
+        self.prev_idx = _C._exchange_device(self.idx)
+
+    def __exit__(self, *args):
+        if self.idx != -1:
+            _C._set_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """Sets the current device to that of the given tensor (no-op for CPU tensors)."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.device.type == "openreg" else None)
+
+
+@dataclass(frozen=True)
+class _DeviceProperties:
+    name: str
+    total_memory: int
+    major: int = 1
+    minor: int = 0
+    multi_processor_count: int = 1
+
+    def __repr__(self) -> str:
+        return (f"_OpenRegDeviceProperties(name='{self.name}', major={self.major}, "
+                f"minor={self.minor}, total_memory={self.total_memory // (1024 * 1024)}MB, "
+                f"multi_processor_count={self.multi_processor_count})")
+
+
+def get_device_properties(device: _DeviceLike = None) -> _DeviceProperties:
+    index = _get_device_index(device)
+    return _DeviceProperties(name=f"openreg simulated device {index}",
+                             total_memory=_C._device_total_memory())
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: _DeviceLike = None) -> tuple:
+    props = get_device_properties(device)
+    return (props.major, props.minor)
+
+
+def synchronize(device: _DeviceLike = None) -> None:
+    """Waits for all streams of the device to finish their queued work."""
+    _lazy_init()
+    _C._synchronize(_get_device_index(device))

@@ -1,0 +1,105 @@
+"""Device memory statistics and cache control (the torch.cuda memory API).
+
+Statistics come from the caching allocator in csrc/runtime/OpenRegCachingAllocator.cpp
+through torch.accelerator, with the same key names as torch.cuda.memory_stats.
+Tests: tests/runtime/test_memory.py.
+"""
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from . import _C
+from .device import _get_device_index, _lazy_init
+
+
+def memory_stats(device=None) -> "OrderedDict[str, Any]":
+    _lazy_init()
+    index = _get_device_index(device)
+    stats = torch._C._accelerator_getDeviceStats(index)
+    flat = []
+
+    def flatten(prefix, value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                flatten(f"{prefix}.{k}" if prefix else k, v)
+        else:
+            flat.append((prefix, value))
+
+    flatten("", stats)
+    flat.sort()
+    return OrderedDict(flat)
+
+
+def memory_allocated(device=None) -> int:
+    return memory_stats(device).get("allocated_bytes.all.current", 0)
+
+
+def max_memory_allocated(device=None) -> int:
+    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+
+def memory_reserved(device=None) -> int:
+    return memory_stats(device).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device=None) -> int:
+    return memory_stats(device).get("reserved_bytes.all.peak", 0)
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    torch._C._accelerator_resetPeakStats(_get_device_index(device))
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    torch._C._accelerator_resetAccumulatedStats(_get_device_index(device))
+
+
+def empty_cache() -> None:
+    """Returns cached, unused device memory to the (simulated) driver."""
+    _lazy_init()
+    _C._empty_cache()
+
+
+def mem_get_info(device=None) -> tuple:
+    """(free, total) bytes of the device, as torch.cuda.mem_get_info."""
+    index = _get_device_index(device)
+    total = _C._device_total_memory()
+    return total - _C._device_used_memory(index), total
+
+
+def _fmt(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A human-readable table of the allocator's statistics for one device."""
+    index = _get_device_index(device)
+    stats = memory_stats(index)
+    rows = [
+        ("Allocated memory", "allocated_bytes", True),
+        ("Active memory", "active_bytes", True),
+        ("Requested memory", "requested_bytes", True),
+        ("Reserved memory", "reserved_bytes", True),
+        ("Allocations", "allocation", False),
+        ("Active allocs", "active", False),
+        ("Segments", "segment", False),
+    ]
+    lines = ["=" * 75,
+             f" openreg memory summary, device ID {index:<3d}",
+             "-" * 75,
+             f"{'Metric':<24}|{'Cur Usage':>12} |{'Peak Usage':>12} |{'Tot Alloc':>12} |{'Tot Freed':>12}",
+             "-" * 75]
+    for title, key, is_bytes in rows:
+        fmt = _fmt if is_bytes else str
+        vals = [stats.get(f"{key}.all.{k}", 0) for k in ("current", "peak", "allocated", "freed")]
+        lines.append(f"{title:<24}|" + "|".join(f"{fmt(v):>12} " for v in vals))
+    lines.append("-" * 75)
+    lines.append(f"OOMs: {stats.get('num_ooms', 0)}   alloc retries: {stats.get('num_alloc_retries', 0)}"
+                 f"   device capacity: {_fmt(_C._device_total_memory())}")
+    lines.append("=" * 75)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,77 @@
+"""Per-device random number generators (the torch.cuda RNG API, for openreg).
+
+Each device's default generator carries a CPU generator state, so openreg
+random ops reproduce the CPU's numbers for the same seed. Random kernels run
+on streams, so functions that read or change the state synchronise the
+device first.
+Tests: tests/runtime/test_random.py.
+"""
+from typing import Iterable, List
+
+import torch
+
+from . import _C
+from .device import _get_device_index, _lazy_init, device_count, synchronize
+
+
+class _DefaultGenerators:
+    """Lazily created tuple-like view of the per-device default generators."""
+
+    def __getitem__(self, index: int) -> torch.Generator:
+        _lazy_init()
+        return _C._default_generator(_get_device_index(index))
+
+    def __len__(self) -> int:
+        return device_count()
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+default_generators = _DefaultGenerators()
+
+
+def _generator(device) -> torch.Generator:
+    index = _get_device_index(device)
+    synchronize(index)
+    return default_generators[index]
+
+
+def manual_seed(seed: int) -> None:
+    _generator(None).manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for i in range(device_count()):
+        _generator(i).manual_seed(int(seed))
+
+
+def seed() -> None:
+    _generator(None).seed()
+
+
+def seed_all() -> None:
+    s = _generator(0).seed()
+    for i in range(1, device_count()):
+        _generator(i).manual_seed(s)
+
+
+def initial_seed() -> int:
+    return _generator(None).initial_seed()
+
+
+def get_rng_state(device="openreg") -> torch.Tensor:
+    return _generator(device).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device="openreg") -> None:
+    _generator(device).set_state(new_state.clone().cpu())
+
+
+def get_rng_state_all() -> List[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)

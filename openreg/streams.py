@@ -1,0 +1,105 @@
+"""Streams and events (the torch.cuda stream API, for openreg).
+
+``Stream`` and ``Event`` are ``torch.Stream`` / ``torch.Event`` for device type
+"openreg"; their methods reach the DeviceGuardImpl in csrc/runtime.
+Tests: tests/runtime/test_streams.py.
+"""
+from typing import Optional
+
+import torch
+
+from . import _C
+from .device import _get_device_index, _lazy_init
+
+_PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, as torch.Stream.device_type reports it
+
+
+class Stream(torch.Stream):
+    """An in-order queue of work on an openreg device, run by its own worker.
+
+    ``priority`` < 0 selects the high-priority pool, as ``torch.cuda.Stream``.
+    """
+
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        _lazy_init()
+        if "stream_id" in kwargs:
+            return super().__new__(cls, **kwargs)
+        index = _get_device_index(device)
+        return super().__new__(cls, device=torch.device("openreg", index), priority=priority)
+
+    @property
+    def priority(self) -> int:
+        return _C._stream_priority(self.stream_id, self.device_index)
+
+    def __repr__(self) -> str:
+        return f"<torch.openreg.Stream device=openreg:{self.device_index} id={self.stream_id}>"
+
+
+class Event(torch.Event):
+    """A marker in a stream; ``enable_timing=True`` allows ``elapsed_time``."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        if interprocess:
+            raise RuntimeError("openreg events do not support interprocess=True")
+        return super().__new__(cls, device="openreg", enable_timing=enable_timing, blocking=blocking)
+
+
+def _wrap(stream_id: int, device_index: int) -> Stream:
+    return Stream(stream_id=stream_id, device_index=device_index, device_type=_PRIVATEUSE1)
+
+
+def current_stream(device=None) -> Stream:
+    _lazy_init()
+    return _wrap(*_C._current_stream(_get_device_index(device)))
+
+
+def default_stream(device=None) -> Stream:
+    _lazy_init()
+    return _wrap(*_C._default_stream(_get_device_index(device)))
+
+
+def set_stream(stream: torch.Stream) -> None:
+    if stream is None:
+        return
+    _C._set_stream(stream.stream_id, stream.device_index)
+
+
+class StreamContext:
+    """Selects a stream (and its device) for the duration of a ``with`` block."""
+
+    def __init__(self, stream: Optional[torch.Stream]):
+        self.stream = stream
+        self.src_prev = None
+        self.dst_prev = None
+        self.prev_device = None
+
+    def __enter__(self):
+        if self.stream is None:
+            return
+        _lazy_init()
+        self.prev_device = _C._current_device()
+        self.src_prev = current_stream(self.prev_device)
+        if self.stream.device_index != self.prev_device:
+            _C._set_device(self.stream.device_index)
+            self.dst_prev = current_stream(self.stream.device_index)
+        set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *args):
+        if self.stream is None:
+            return False
+        if self.dst_prev is not None:
+            set_stream(self.dst_prev)
+        set_stream(self.src_prev)
+        _C._set_device(self.prev_device)
+        return False
+
+
+def stream(stream: Optional[torch.Stream]) -> StreamContext:
+    return StreamContext(stream)
+
+
+def _sleep(milliseconds: float) -> None:
+    """Queues a kernel that keeps the current stream busy (like torch.cuda._sleep)."""
+    _lazy_init()
+    _C._sleep(float(milliseconds))
