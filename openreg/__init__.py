@@ -9,6 +9,7 @@ import torch
 
 from . import _C  # noqa: F401  (registers the device with PyTorch's hooks)
 from .device import (
+    _is_in_bad_fork,
     _lazy_init,
     current_device,
     device,

@@ -125,3 +125,8 @@ def synchronize(device: _DeviceLike = None) -> None:
     """Waits for all streams of the device to finish their queued work."""
     _lazy_init()
     _C._synchronize(_get_device_index(device))
+
+
+def _is_in_bad_fork() -> bool:
+    """True in a forked child of an initialised parent (torch.manual_seed checks this)."""
+    return _C._is_forked_child()

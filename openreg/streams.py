@@ -43,6 +43,10 @@ class Event(torch.Event):
             raise RuntimeError("openreg events do not support interprocess=True")
         return super().__new__(cls, device="openreg", enable_timing=enable_timing, blocking=blocking)
 
+    def elapsed_time(self, end_event: torch.Event) -> float:
+        """Milliseconds between this event and ``end_event`` (both recorded and complete)."""
+        return _C._event_elapsed_time(self, end_event)
+
 
 def _wrap(stream_id: int, device_index: int) -> Stream:
     return Stream(stream_id=stream_id, device_index=device_index, device_type=_PRIVATEUSE1)

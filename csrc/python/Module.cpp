@@ -1,6 +1,7 @@
 // The openreg._C Python extension: the small surface the Python package
 // (openreg/) needs beyond what torch.Stream / torch.Event / torch.accelerator
 // already reach through the registered hooks.
+#include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -76,6 +77,15 @@ PYBIND11_MODULE(_C, m) {
     OPENREG_CHECK(orLaunchKernel(rawStream(s), [message] { throw std::runtime_error(message); }));
   });
 
+  // torch.Event.elapsed_time only accepts exact torch.Event instances, so the
+  // torch.openreg.Event subclass times through here.
+  m.def("_event_elapsed_time", [](py::handle start, py::handle end) {
+    TORCH_CHECK(THPEvent_Check(start.ptr()) && THPEvent_Check(end.ptr()),
+                "expected other to be a torch.Event object");
+    auto* a = reinterpret_cast<THPEvent*>(start.ptr());
+    auto* b = reinterpret_cast<THPEvent*>(end.ptr());
+    return a->event.elapsedTime(b->event);
+  });
   m.def("_empty_cache", [] { getCachingAllocator()->emptyCache(); });
   m.def("_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(

@@ -1,0 +1,109 @@
+"""Device enumeration, selection, guards and autoload (csrc/runtime/OpenRegGuardImpl.cpp,
+OpenRegHooks.cpp, OpenRegFunctions.cpp; openreg/device.py)."""
+import pytest
+import torch
+
+
+def test_import_torch_alone_autoloads_openreg(python):
+    r = python("""
+        import sys, torch
+        assert "openreg" in sys.modules, "torch.backends entry point did not load openreg"
+        x = torch.ones(2, device="openreg:3")
+        print(torch.openreg.device_count(), x.device, torch.accelerator.current_accelerator())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["8", "openreg:3", "openreg"]
+
+
+def test_device_count_env(python):
+    r = python("import torch; print(torch.openreg.device_count())", env={"OPENREG_DEVICE_COUNT": "3"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "3"
+
+
+def test_current_and_set_device():
+    prev = torch.openreg.current_device()
+    try:
+        torch.openreg.set_device(2)
+        assert torch.openreg.current_device() == 2
+        assert torch.empty(1, device="openreg").device == torch.device("openreg:2")
+        with torch.openreg.device(5):
+            assert torch.openreg.current_device() == 5
+            assert torch.zeros(1, device="openreg").device.index == 5
+        assert torch.openreg.current_device() == 2
+    finally:
+        torch.openreg.set_device(prev)
+
+
+def test_invalid_device_names_valid_range():
+    with pytest.raises(RuntimeError, match=r"invalid device ordinal.*valid indices are 0\.\.7"):
+        torch.openreg.set_device(8)
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        torch.empty(1, device="openreg:12")
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        torch.openreg.get_device_properties(99)
+
+
+def test_properties_and_availability():
+    assert torch.openreg.is_available()
+    assert torch.openreg.device_count() == 8
+    props = torch.openreg.get_device_properties(1)
+    assert props.total_memory == 16 * 1024**3
+    assert "openreg" in torch.openreg.get_device_name(1)
+
+
+def test_memory_capacity_units(python):
+    r = python("import torch; print(torch.openreg.get_device_properties(0).total_memory)",
+               env={"OPENREG_DEVICE_MEMORY": "512MiB"})
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == 512 * 1024**2
+
+
+def test_is_initialized_is_lazy(python):
+    r = python("""
+        import torch
+        before = torch.openreg.is_initialized()
+        torch.ones(1, device="openreg")
+        print(before, torch.openreg.is_initialized())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True"]
+
+
+def test_torch_accelerator_api():
+    assert torch.accelerator.current_accelerator() == torch.device("openreg")
+    assert torch.accelerator.device_count() == 8
+    prev = torch.accelerator.current_device_index()
+    try:
+        torch.accelerator.set_device_index(4)
+        assert torch.openreg.current_device() == 4
+        s = torch.accelerator.current_stream()
+        assert s.device == torch.device("openreg:4")
+        torch.accelerator.synchronize()
+    finally:
+        torch.accelerator.set_device_index(prev)
+
+
+def test_forked_child_raises_instead_of_hanging(python):
+    r = python("""
+        import os, torch
+        torch.ones(1, device="openreg").add_(1).cpu()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                torch.ones(1, device="openreg").cpu()
+                os._exit(3)
+            except RuntimeError as e:
+                os._exit(0 if "forked subprocess" in str(e) and "spawn" in str(e) else 4)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"
+
+
+def test_tensor_device_helpers():
+    x = torch.ones(2).openreg()
+    assert x.is_openreg and x.device.type == "openreg"
+    with torch.openreg.device_of(torch.ones(1, device="openreg:6")):
+        assert torch.openreg.current_device() == 6

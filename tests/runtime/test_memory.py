@@ -1,0 +1,130 @@
+"""Caching allocator, statistics, OOM and memory isolation
+(csrc/runtime/OpenRegCachingAllocator.cpp, driver/Memory.cpp, driver/FaultHandler.cpp;
+openreg/memory.py)."""
+import signal
+
+import pytest
+import torch
+
+
+def test_exact_statistics_after_known_allocations(python):
+    r = python("""
+        import torch, json
+        o = torch.openreg
+        a = torch.empty(250, device="openreg")           # 1000 B -> one 1024 B block
+        b = torch.empty(1024 * 1024, device="openreg")    # 4 MiB -> large pool, 4 MiB block
+        s1 = o.memory_stats()
+        del a
+        s2 = o.memory_stats()
+        c = torch.empty(256, device="openreg")           # reuses the cached 1024 B block
+        s3 = o.memory_stats()
+        del b, c
+        o.empty_cache()
+        s4 = o.memory_stats()
+        keys = ["allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
+                "requested_bytes.all.current", "allocation.all.current", "segment.all.current",
+                "allocated_bytes.small_pool.current", "allocated_bytes.large_pool.current"]
+        print(json.dumps([[s[k] for k in keys] for s in (s1, s2, s3, s4)]))
+        print(o.memory_allocated(), o.max_memory_allocated(), o.memory_reserved(), o.max_memory_reserved())
+        print(torch.accelerator.max_memory_allocated())
+    """)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    import json
+    s1, s2, s3, s4 = json.loads(lines[0])
+    mib4 = 4 * 1024 * 1024
+    assert s1 == [1024 + mib4, 1024 + mib4, 1024 + mib4, 1000 + mib4, 2, 2, 1024, mib4]
+    assert s2 == [mib4, 1024 + mib4, 1024 + mib4, mib4, 1, 2, 0, mib4]
+    assert s3 == [1024 + mib4, 1024 + mib4, 1024 + mib4, 1024 + mib4, 2, 2, 1024, mib4]
+    assert s4 == [0, 1024 + mib4, 0, 0, 0, 0, 0, 0]
+    assert lines[1].split() == ["0", str(1024 + mib4), "0", str(1024 + mib4)]
+    assert lines[2] == str(1024 + mib4)
+
+
+def test_reset_peak_and_summary():
+    x = torch.empty(1 << 20, device="openreg:2")
+    del x
+    torch.openreg.reset_peak_memory_stats(2)
+    assert torch.openreg.max_memory_allocated(2) == torch.openreg.memory_allocated(2)
+    summary = torch.openreg.memory_summary(2)
+    assert "Allocated memory" in summary and "device ID 2" in summary
+
+
+def test_oom_then_recovery(python):
+    r = python("""
+        import torch
+        keep = torch.empty(40 * 1024 * 1024 // 4, device="openreg")   # 40 MiB of 64
+        try:
+            torch.empty(30 * 1024 * 1024 // 4, device="openreg")
+        except torch.OutOfMemoryError as e:
+            print("OOM:", e)
+        stats = torch.openreg.memory_stats()
+        print(stats["num_ooms"])
+        del keep
+        y = torch.ones(30 * 1024 * 1024 // 4, device="openreg")       # fits after the free
+        print(int(y.sum().item()))
+    """, env={"OPENREG_DEVICE_MEMORY": "64MiB"})
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0].startswith("OOM: openreg out of memory. Tried to allocate 30.00 MiB")
+    assert "total capacity of 64.00 MiB" in out[0] and "40.00 MiB is allocated by PyTorch" in out[0]
+    assert out[1] == "1"
+    assert out[2] == str(30 * 1024 * 1024 // 4)
+
+
+def test_oom_frees_cache_and_retries(python):
+    r = python("""
+        import torch
+        x = torch.empty(40 * 1024 * 1024 // 4, device="openreg")
+        del x                                   # cached, still reserved
+        y = torch.empty(50 * 1024 * 1024 // 4, device="openreg")  # needs the cache released
+        s = torch.openreg.memory_stats()
+        print(s["num_alloc_retries"], s["num_ooms"], torch.openreg.memory_reserved())
+    """, env={"OPENREG_DEVICE_MEMORY": "64MiB"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1", "0", str(50 * 1024 * 1024)]
+
+
+def test_host_access_to_device_memory_faults(python):
+    r = python("""
+        import ctypes, torch
+        x = torch.ones(16, device="openreg")
+        torch.openreg.synchronize()
+        value = ctypes.c_float.from_address(x.data_ptr()).value
+        print("read", value)
+    """)
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stdout)
+    assert "read" not in r.stdout
+    assert "illegal host access to device memory" in r.stderr
+
+
+def test_record_stream_delays_reuse():
+    side = torch.openreg.Stream()
+    x = torch.ones(1 << 16, device="openreg")
+    ptr = x.data_ptr()
+    torch.openreg.synchronize()
+    with torch.openreg.stream(side):
+        torch.openreg._sleep(200)
+        y = x * 2          # reads x on the side stream
+    x.record_stream(side)
+    del x
+    z = torch.empty(1 << 16, device="openreg")   # same size, same stream as x was allocated on
+    assert z.data_ptr() != ptr                   # not reused while `side` may still read it
+    side.synchronize()
+    assert torch.equal(y.cpu(), torch.full((1 << 16,), 2.0))
+
+
+def test_freed_block_reused_on_same_stream():
+    x = torch.empty(3000, device="openreg:5")
+    ptr = x.data_ptr()
+    del x
+    y = torch.empty(3000, device="openreg:5")
+    assert y.data_ptr() == ptr
+
+
+def test_mem_get_info_and_accelerator_stats():
+    free, total = torch.openreg.mem_get_info(0)
+    assert total == 16 * 1024**3 and 0 < free <= total
+    x = torch.empty(1 << 18, device="openreg")
+    assert torch.accelerator.memory_allocated() == torch.openreg.memory_allocated()
+    del x

@@ -1,0 +1,44 @@
+"""Pinned host memory and CUDA's non_blocking copy rule
+(csrc/runtime/OpenRegHostAllocator.cpp, csrc/aten/Copy.cpp)."""
+import time
+
+import torch
+
+
+def test_pin_memory():
+    x = torch.arange(10.0)
+    assert not x.is_pinned()
+    p = x.pin_memory()
+    assert p.is_pinned() and torch.equal(p, x)
+
+
+def test_non_blocking_h2d_from_pinned_is_asynchronous():
+    src = torch.arange(1 << 16, dtype=torch.float32).pin_memory()
+    dst = torch.empty(1 << 16, device="openreg")
+    torch.openreg.synchronize()
+    torch.openreg._sleep(300)
+    t0 = time.perf_counter()
+    dst.copy_(src, non_blocking=True)
+    assert time.perf_counter() - t0 < 0.1
+    assert not torch.openreg.current_stream().query()
+    assert torch.equal(dst.cpu(), src)
+
+
+def test_non_blocking_h2d_from_pageable_is_synchronous():
+    src = torch.arange(1 << 16, dtype=torch.float32)
+    dst = torch.empty(1 << 16, device="openreg")
+    torch.openreg.synchronize()
+    torch.openreg._sleep(200)
+    t0 = time.perf_counter()
+    dst.copy_(src, non_blocking=True)
+    assert time.perf_counter() - t0 >= 0.15
+    assert torch.openreg.current_stream().query()
+
+
+def test_non_blocking_d2h_into_pinned():
+    x = torch.full((1000,), 5.0, device="openreg")
+    out = torch.empty(1000).pin_memory()
+    torch.openreg._sleep(150)
+    out.copy_(x, non_blocking=True)
+    torch.openreg.current_stream().synchronize()
+    assert torch.equal(out, torch.full((1000,), 5.0))

@@ -1,0 +1,136 @@
+"""Asynchronous streams and events (csrc/runtime/driver/Stream.cpp,
+csrc/runtime/OpenRegStream.cpp, OpenRegGuardImpl.cpp; openreg/streams.py)."""
+import time
+
+import pytest
+import torch
+
+
+def test_launch_returns_before_kernel_finishes():
+    s = torch.openreg.Stream()
+    with torch.openreg.stream(s):
+        t0 = time.perf_counter()
+        torch.openreg._sleep(300)
+        launched = time.perf_counter() - t0
+        assert launched < 0.1
+        assert not s.query()
+        s.synchronize()
+        assert s.query()
+        assert time.perf_counter() - t0 >= 0.29
+
+
+def test_two_streams_overlap():
+    a, b = torch.openreg.Stream(), torch.openreg.Stream()
+    assert a != b
+    t0 = time.perf_counter()
+    with torch.openreg.stream(a):
+        torch.openreg._sleep(400)
+    with torch.openreg.stream(b):
+        torch.openreg._sleep(400)
+    a.synchronize()
+    b.synchronize()
+    elapsed = time.perf_counter() - t0
+    assert 0.39 <= elapsed < 0.7, elapsed  # serial would take >= 0.8 s
+
+
+def test_item_and_d2h_wait_for_queued_work():
+    x = torch.zeros(4, device="openreg")
+    torch.openreg._sleep(150)
+    x.fill_(7)
+    assert x.sum().item() == 28
+    assert torch.equal(x.cpu(), torch.full((4,), 7.0))
+
+
+def test_wait_stream_orders_work_across_streams():
+    producer, consumer = torch.openreg.Stream(), torch.openreg.Stream()
+    x = torch.zeros(1000, device="openreg")
+    torch.openreg.current_stream().synchronize()
+    with torch.openreg.stream(producer):
+        torch.openreg._sleep(200)
+        x.fill_(3)
+    consumer.wait_stream(producer)
+    with torch.openreg.stream(consumer):
+        y = x * 2
+    consumer.synchronize()
+    assert torch.equal(y.cpu(), torch.full((1000,), 6.0))
+
+
+def test_event_record_wait_query_synchronize():
+    s1, s2 = torch.openreg.Stream(), torch.openreg.Stream()
+    x = torch.zeros(10, device="openreg")
+    torch.openreg.synchronize()
+    with torch.openreg.stream(s1):
+        torch.openreg._sleep(200)
+        x.fill_(1)
+        ev = s1.record_event()
+    assert not ev.query()
+    s2.wait_event(ev)
+    with torch.openreg.stream(s2):
+        y = x + 1
+    ev.synchronize()
+    assert ev.query()
+    s2.synchronize()
+    assert torch.equal(y.cpu(), torch.full((10,), 2.0))
+
+
+def test_event_elapsed_time_of_known_kernel():
+    start = torch.openreg.Event(enable_timing=True)
+    end = torch.openreg.Event(enable_timing=True)
+    start.record()
+    torch.openreg._sleep(120)
+    end.record()
+    end.synchronize()
+    ms = start.elapsed_time(end)
+    assert 115 <= ms < 250, ms
+
+
+def test_elapsed_time_requires_timing():
+    a, b = torch.openreg.Event(), torch.openreg.Event()
+    a.record()
+    b.record()
+    b.synchronize()
+    # c10::Event raises ValueError here, as torch.Event does for every backend.
+    with pytest.raises(ValueError, match="enable_timing=True"):
+        a.elapsed_time(b)
+
+
+def test_stream_priority_and_generic_torch_stream():
+    hi = torch.openreg.Stream(priority=-1)
+    lo = torch.openreg.Stream(priority=0)
+    assert hi.priority == -1 and lo.priority == 0
+    generic = torch.Stream(device="openreg:1")
+    assert generic.device == torch.device("openreg:1")
+    ev = torch.Event(device="openreg:1", enable_timing=True)
+    ev.record(generic)
+    ev.synchronize()
+    assert generic.query()
+
+
+def test_current_and_default_stream():
+    s = torch.openreg.Stream()
+    assert torch.openreg.current_stream() == torch.openreg.default_stream()
+    with torch.openreg.stream(s):
+        assert torch.openreg.current_stream() == s
+    assert torch.openreg.current_stream() == torch.openreg.default_stream()
+
+
+def test_stream_context_switches_device():
+    s = torch.openreg.Stream(device="openreg:3")
+    with torch.openreg.stream(s):
+        assert torch.openreg.current_device() == 3
+        assert torch.openreg.current_stream() == s
+    assert torch.openreg.current_device() == 0
+
+
+def test_kernel_error_is_reported_at_a_later_call(python):
+    # A failed stream stays failed (sticky, as on CUDA): run it in its own process.
+    r = python("""
+        import torch
+        torch.openreg._C._raise_in_kernel("simulated device assert")
+        try:
+            torch.openreg.synchronize()
+        except RuntimeError as e:
+            print("raised:", e)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("raised:")
