@@ -71,6 +71,18 @@ PYBIND11_MODULE(_C, m) {
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(milliseconds));
     }));
   });
+  // Benchmark helper: launches n empty kernels on the current stream and
+  // waits; returns the mean host-side cost per launch in microseconds.
+  m.def("_launch_empty", [](int64_t n) {
+    py::gil_scoped_release no_gil;
+    c10::Stream s = getCurrentStream(current_device());
+    orStream raw = rawStream(s);
+    auto start = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < n; ++i) OPENREG_CHECK(orLaunchKernel(raw, [] {}));
+    auto launched = std::chrono::steady_clock::now();
+    OPENREG_CHECK(orStreamSynchronize(raw));
+    return std::chrono::duration<double, std::micro>(launched - start).count() / static_cast<double>(n);
+  });
   // A kernel that fails, to exercise asynchronous error reporting.
   m.def("_raise_in_kernel", [](const std::string& message) {
     c10::Stream s = getCurrentStream(current_device());

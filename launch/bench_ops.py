@@ -1,0 +1,93 @@
+"""Runtime and operator speed: openreg vs CPU eager, side by side in one run.
+
+Prints one table (operation, CPU time, openreg time, ratio openreg/CPU). Times
+include everything a user waits for: openreg runs end with a synchronize.
+Both sides use the same torch thread count.
+
+    python launch/bench_ops.py [--quick]
+"""
+import argparse
+import time
+
+import torch
+
+
+def timeit(fn, sync=None, iters=100, warmup=10, min_time=0.3):
+    for _ in range(warmup):
+        fn()
+    if sync:
+        sync()
+    n = 0
+    start = time.perf_counter()
+    while True:
+        for _ in range(iters):
+            fn()
+        n += iters
+        if sync:
+            sync()
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            return elapsed / n
+
+
+def fmt(seconds):
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:9.2f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:9.2f} ms"
+    return f"{seconds:9.2f} s "
+
+
+def rows(quick):
+    dev = "openreg"
+    sync = torch.openreg.synchronize
+
+    # Launch overhead of an empty kernel, measured inside C++ (no Python in the loop).
+    n = 20000
+    torch.openreg._C._launch_empty(1000)
+    yield ("empty kernel launch (C++ loop)", None, torch.openreg._C._launch_empty(n) * 1e-6,
+           "host cost per orLaunchKernel")
+
+    # The same from Python: a no-op ATen call on CPU vs an empty kernel launch.
+    yield ("no-op call from Python", timeit(lambda: torch.empty(0)),
+           timeit(lambda: torch.openreg._C._sleep(0), sync), "torch.empty(0) vs _sleep(0) launch")
+
+    a_cpu, b_cpu = torch.randn(100), torch.randn(100)
+    a_dev, b_dev = a_cpu.to(dev), b_cpu.to(dev)
+    host_dst = torch.empty(100)
+    dev_dst = torch.empty(100, device=dev)
+    yield ("H2D copy, 100 floats", timeit(lambda: host_dst.copy_(a_cpu)),
+           timeit(lambda: dev_dst.copy_(a_cpu), sync), "CPU: host-to-host copy_")
+    yield ("add, 100 floats", timeit(lambda: a_cpu + b_cpu), timeit(lambda: a_dev + b_dev, sync),
+           "latency incl. launch")
+
+    big = 1 << 24
+    x_cpu, y_cpu = torch.randn(big), torch.randn(big)
+    x_dev, y_dev = x_cpu.to(dev), y_cpu.to(dev)
+    yield ("add, 16M floats", timeit(lambda: x_cpu + y_cpu, iters=3, warmup=2),
+           timeit(lambda: x_dev + y_dev, sync, iters=3, warmup=2), "throughput")
+    del x_cpu, y_cpu, x_dev, y_dev
+
+    sizes = [1024] if quick else [1024, 4096]
+    for s in sizes:
+        m_cpu = torch.randn(s, s)
+        m_dev = m_cpu.to(dev)
+        iters = 3 if s <= 1024 else 1
+        yield (f"matmul {s}x{s}", timeit(lambda: m_cpu @ m_cpu, iters=iters, warmup=1, min_time=0.5),
+               timeit(lambda: m_dev @ m_dev, sync, iters=iters, warmup=1, min_time=0.5), "throughput")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="skip the 4096 matmul")
+    args = parser.parse_args()
+    print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}")
+    print(f"# {'operation':<32}{'CPU':>13}{'openreg':>13}{'openreg/CPU':>13}  note")
+    for name, cpu, dev, note in rows(args.quick):
+        ratio = f"{dev / cpu:10.2f}x" if cpu else "         -"
+        cpu_s = fmt(cpu) if cpu else "        -   "
+        print(f"  {name:<32}{cpu_s:>13}{fmt(dev):>13}{ratio:>13}  {note}")
+
+
+if __name__ == "__main__":
+    main()
