@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include "Kernels.h"
+#include "NativeKernels.h"
 
 namespace openreg::kernels {
 
@@ -38,6 +39,45 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("fill_.Tensor", TORCH_FN(fill_tensor_));
   m.impl("_local_scalar_dense", TORCH_FN(_local_scalar_dense));
   m.impl("record_stream", TORCH_FN(record_stream));
+}
+
+// The hot set of a training step (NativeKernels.h): no Meta dispatch, no fallback.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("add.Tensor", TORCH_FN(add));
+  m.impl("add_.Tensor", TORCH_FN(add_));
+  m.impl("sub.Tensor", TORCH_FN(sub));
+  m.impl("sub_.Tensor", TORCH_FN(sub_));
+  m.impl("mul.Tensor", TORCH_FN(mul));
+  m.impl("mul_.Tensor", TORCH_FN(mul_));
+  m.impl("div.Tensor", TORCH_FN(div));
+  m.impl("div_.Tensor", TORCH_FN(div_));
+  m.impl("exp", TORCH_FN(exp));
+  m.impl("neg", TORCH_FN(neg));
+  m.impl("rsqrt", TORCH_FN(rsqrt));
+  m.impl("sqrt", TORCH_FN(sqrt));
+  m.impl("sigmoid", TORCH_FN(sigmoid));
+  m.impl("tanh", TORCH_FN(tanh));
+  m.impl("silu", TORCH_FN(silu));
+  m.impl("sigmoid_backward", TORCH_FN(sigmoid_backward));
+  m.impl("tanh_backward", TORCH_FN(tanh_backward));
+  m.impl("silu_backward", TORCH_FN(silu_backward));
+  m.impl("gelu", TORCH_FN(gelu));
+  m.impl("gelu_backward", TORCH_FN(gelu_backward));
+  m.impl("threshold_backward", TORCH_FN(threshold_backward));
+  m.impl("pow.Tensor_Scalar", TORCH_FN(pow_tensor_scalar));
+  m.impl("relu", TORCH_FN(relu));
+  m.impl("relu_", TORCH_FN(relu_));
+  m.impl("zero_", TORCH_FN(zero_));
+  m.impl("mm", TORCH_FN(mm));
+  m.impl("bmm", TORCH_FN(bmm));
+  m.impl("addmm", TORCH_FN(addmm));
+  m.impl("baddbmm", TORCH_FN(baddbmm));
+  m.impl("sum.dim_IntList", TORCH_FN(sum_dim));
+  m.impl("mean.dim", TORCH_FN(mean_dim));
+  m.impl("_softmax", TORCH_FN(softmax));
+  m.impl("_log_softmax", TORCH_FN(log_softmax));
+  m.impl("_softmax_backward_data", TORCH_FN(softmax_backward));
+  m.impl("_log_softmax_backward_data", TORCH_FN(log_softmax_backward));
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -1,0 +1,172 @@
+// Native kernels for structured ATen operators, the way CUDA's generated code
+// does it: ATen's own structured meta function (at::meta::structured_<op>)
+// runs on the host over the openreg tensors to check arguments and compute
+// output sizes, strides and dtypes (microseconds, no Meta dispatch), the
+// output is allocated on the device, and the CPU implementation
+// (at::cpu::<op>_out) is queued on the current stream over kernelView()s.
+//
+//   at::Tensor add(const at::Tensor& a, const at::Tensor& b, const at::Scalar& alpha) {
+//     return structured<at::meta::structured_add_Tensor>(
+//         [](at::Tensor& out, auto&... args) { at::cpu::add_out(out, args...); }, a, b, alpha);
+//   }
+#pragma once
+
+#include <ATen/TensorIterator.h>
+#include <ATen/TensorMeta.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <array>
+#include <tuple>
+#include <type_traits>
+
+#include "Launch.h"
+
+namespace openreg {
+
+// What a structured meta function sees as the outputs: fresh device tensors
+// (functional), or `self` (in-place).
+template <class Meta, size_t kOutputs = 1>
+struct OpenRegStructured final : public Meta {
+  std::array<at::Tensor, kOutputs> outputs;
+  bool inplace = false;
+
+  void set_output_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
+                          at::TensorOptions options) override {
+    allocate(i, sizes, strides, options);
+  }
+  void set_output_raw_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
+                              at::TensorOptions options) override {
+    allocate(i, sizes, strides, options);
+  }
+  const at::Tensor& maybe_get_output(int64_t i) override { return outputs[i]; }
+
+ private:
+  void allocate(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides, at::TensorOptions options) {
+    if (inplace) {
+      TORCH_CHECK(outputs[i].sizes() == sizes, "output with shape ", outputs[i].sizes(),
+                  " doesn't match the broadcast shape ", sizes);
+    } else {
+      // An empty stride hint means "contiguous" (as in ATen's generated create_out).
+      outputs[i] = strides.empty() ? ::at::empty(sizes, options)
+                                   : ::at::empty_strided(sizes, strides, options);
+    }
+    // TensorIterator-based ops record their outputs in the iterator.
+    if constexpr (std::is_base_of_v<at::TensorIteratorBase, Meta>)
+      Meta::set_output_raw_strided(i, sizes, strides, options);
+  }
+};
+
+// Argument conversion for the kernel body: tensors become kernel views,
+// everything else is captured by value.
+inline at::Tensor toKernelArg(const at::Tensor& t) { return t.defined() && isOpenReg(t) ? kernelView(t) : t; }
+inline std::optional<at::Tensor> toKernelArg(const std::optional<at::Tensor>& t) {
+  if (!t.has_value()) return std::nullopt;
+  return toKernelArg(*t);
+}
+inline std::optional<at::Tensor> toKernelArg(at::OptionalTensorRef t) {
+  if (!t.has_value()) return std::nullopt;
+  return toKernelArg(*t);
+}
+inline std::vector<int64_t> toKernelArg(at::IntArrayRef v) { return v.vec(); }
+inline std::optional<std::vector<int64_t>> toKernelArg(at::OptionalIntArrayRef v) {
+  if (!v.has_value()) return std::nullopt;
+  return v->vec();
+}
+inline std::string toKernelArg(c10::string_view s) { return std::string(s); }
+template <class T>
+T toKernelArg(const T& value) {
+  return value;
+}
+
+// Kernel-side types back to what at::cpu functions take.
+inline at::OptionalIntArrayRef fromKernelArg(const std::optional<std::vector<int64_t>>& v) {
+  if (!v.has_value()) return std::nullopt;
+  return at::IntArrayRef(*v);
+}
+inline at::IntArrayRef fromKernelArg(const std::vector<int64_t>& v) { return v; }
+inline c10::string_view fromKernelArg(const std::string& s) { return s; }
+template <class T>
+const T& fromKernelArg(const T& value) {
+  return value;
+}
+
+template <class T>
+void collectTensor(std::vector<at::Tensor>& out, const T& value) {
+  if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
+    if (value.defined()) out.push_back(value);
+  }
+}
+
+// The device an op runs on: the first openreg tensor's. CUDA's rule for
+// native kernels: every tensor argument on that device.
+template <class... Args>
+c10::Device opDevice(const char* name, const Args&... args) {
+  std::optional<c10::Device> device;
+  auto visit = [&](const auto& a) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, at::Tensor>) {
+      if (!a.defined()) return;
+      if (!device && isOpenReg(a)) device = a.device();
+      if (device && a.device() != *device && !(a.is_cpu() && a.dim() == 0)) {
+        TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least "
+                    "two devices, ", *device, " and ", a.device(), "! (when checking argument "
+                    "for ", name, ")");
+      }
+    }
+  };
+  (visit(args), ...);
+  TORCH_INTERNAL_ASSERT(device.has_value(), name, ": no openreg tensor argument");
+  (visit(args), ...);  // second pass catches a CPU tensor listed before the first device one
+  return *device;
+}
+
+// Runs the structured op `Meta` functionally (fresh outputs) and queues `compute`,
+// called as compute(std::array<at::Tensor, N>& out_views, kernel args...).
+template <class Meta, size_t kOutputs = 1, class Compute, class... Args>
+std::array<at::Tensor, kOutputs> structuredN(const char* name, Compute compute, const Args&... args) {
+  c10::Device device = opDevice(name, args...);
+  c10::DeviceGuard guard(device);
+  OpenRegStructured<Meta, kOutputs> op;
+  op.meta(args...);
+  std::array<at::Tensor, kOutputs> views;
+  for (size_t i = 0; i < kOutputs; ++i) views[i] = toKernelArg(op.outputs[i]);
+  std::vector<at::Tensor> reads;
+  (collectTensor(reads, args), ...);
+  launchOnCurrentStream(
+      op.outputs[0],
+      [views, kargs = std::make_tuple(toKernelArg(args)...), compute]() mutable {
+        std::apply([&](auto&... a) { compute(views, fromKernelArg(a)...); }, kargs);
+      },
+      reads, {op.outputs.begin(), op.outputs.end()});
+  return op.outputs;
+}
+
+template <class Meta, class Compute, class... Args>
+at::Tensor structured(const char* name, Compute compute, const Args&... args) {
+  return structuredN<Meta, 1>(
+      name, [compute](std::array<at::Tensor, 1>& out, auto&&... a) { compute(out[0], a...); },
+      args...)[0];
+}
+
+// In-place variant: `self` is the output; the meta function checks broadcasting.
+template <class Meta, class Compute, class... Args>
+at::Tensor& structuredInplace(const char* name, Compute compute, at::Tensor& self, const Args&... args) {
+  c10::Device device = opDevice(name, self, args...);
+  c10::DeviceGuard guard(device);
+  OpenRegStructured<Meta, 1> op;
+  op.inplace = true;
+  op.outputs[0] = self;
+  op.meta(self, args...);
+  std::vector<at::Tensor> reads{self};
+  (collectTensor(reads, args), ...);
+  launchOnCurrentStream(
+      self,
+      [view = kernelView(self), kargs = std::make_tuple(toKernelArg(args)...), compute]() mutable {
+        std::apply([&](auto&... a) { compute(view, view, fromKernelArg(a)...); }, kargs);
+      },
+      reads, {self});
+  return self;
+}
+
+}  // namespace openreg
