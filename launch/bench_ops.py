@@ -77,13 +77,40 @@ def rows(quick):
                timeit(lambda: m_dev @ m_dev, sync, iters=iters, warmup=1, min_time=0.5), "throughput")
 
 
+def train_step_rows():
+    """One AdamW training step of the small GPT (launch/models/gpt.py), same settings on both."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from models.gpt import GPT, GPTConfig
+
+    def make(device):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig()).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+        x = torch.randint(0, 256, (16, 64)).to(device)
+        y = torch.randint(0, 256, (16, 64)).to(device)
+
+        def step():
+            _, loss = model(x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return step
+
+    cpu = timeit(make("cpu"), iters=3, warmup=2, min_time=1.0)
+    dev = timeit(make("openreg"), torch.openreg.synchronize, iters=3, warmup=2, min_time=1.0)
+    yield ("GPT training step (AdamW)", cpu, dev, "2 layers, d=128, batch 16x64")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="skip the 4096 matmul")
     args = parser.parse_args()
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}")
     print(f"# {'operation':<32}{'CPU':>13}{'openreg':>13}{'openreg/CPU':>13}  note")
-    for name, cpu, dev, note in rows(args.quick):
+    import itertools
+    for name, cpu, dev, note in itertools.chain(rows(args.quick), train_step_rows()):
         ratio = f"{dev / cpu:10.2f}x" if cpu else "         -"
         cpu_s = fmt(cpu) if cpu else "        -   "
         print(f"  {name:<32}{cpu_s:>13}{fmt(dev):>13}{ratio:>13}  {note}")

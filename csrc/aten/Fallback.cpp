@@ -22,6 +22,11 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/flat_hash_map.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <unordered_set>
+
 #include "../runtime/OpenRegException.h"
 #include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegGenerator.h"
@@ -382,6 +387,22 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   return true;
 }
 
+// OPENREG_LOG_FALLBACK=1: print each operator the first time it takes the
+// generic path, and which path (to find operators worth a native kernel).
+void logFallback(const c10::OperatorHandle& op, bool async) {
+  static const bool enabled = [] {
+    const char* env = std::getenv("OPENREG_LOG_FALLBACK");
+    return env && *env && std::string(env) != "0";
+  }();
+  if (!enabled) return;
+  static std::mutex mutex;
+  static std::unordered_set<std::string> seen;
+  std::string name = c10::toString(op.schema().operator_name());
+  std::lock_guard<std::mutex> lock(mutex);
+  if (seen.insert(name).second)
+    std::fprintf(stderr, "openreg fallback (%s): %s\n", async ? "async" : "sync", name.c_str());
+}
+
 }  // namespace
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -391,7 +412,12 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   TORCH_CHECK(device.has_value(), "openreg fallback: no openreg tensor or device among the "
               "arguments of ", op.schema().name());
   c10::DeviceGuard guard(*device);
-  if (!tryRunAsynchronously(op, stack, num_args, *device)) runSynchronously(op, stack, num_args, *device);
+  if (tryRunAsynchronously(op, stack, num_args, *device)) {
+    logFallback(op, true);
+    return;
+  }
+  logFallback(op, false);
+  runSynchronously(op, stack, num_args, *device);
 }
 
 }  // namespace openreg::kernels

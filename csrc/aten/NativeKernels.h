@@ -17,6 +17,28 @@ at::Tensor mul(const at::Tensor& self, const at::Tensor& other);
 at::Tensor& mul_(at::Tensor& self, const at::Tensor& other);
 at::Tensor div(const at::Tensor& self, const at::Tensor& other);
 at::Tensor& div_(at::Tensor& self, const at::Tensor& other);
+at::Tensor& add_out(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
+                    at::Tensor& out);
+at::Tensor& sub_out(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha,
+                    at::Tensor& out);
+at::Tensor& mul_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out);
+at::Tensor& div_out(const at::Tensor& self, const at::Tensor& other, at::Tensor& out);
+at::Tensor lerp(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight);
+at::Tensor& lerp_(at::Tensor& self, const at::Tensor& end, const at::Scalar& weight);
+at::Tensor& lerp_out(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight,
+                     at::Tensor& out);
+at::Tensor addcmul(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2,
+                   const at::Scalar& value);
+at::Tensor& addcmul_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2,
+                     const at::Scalar& value);
+at::Tensor& addcmul_out(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2,
+                        const at::Scalar& value, at::Tensor& out);
+at::Tensor addcdiv(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2,
+                   const at::Scalar& value);
+at::Tensor& addcdiv_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2,
+                     const at::Scalar& value);
+at::Tensor& addcdiv_out(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2,
+                        const at::Scalar& value, at::Tensor& out);
 at::Tensor exp(const at::Tensor& self);
 at::Tensor neg(const at::Tensor& self);
 at::Tensor rsqrt(const at::Tensor& self);
@@ -56,5 +78,25 @@ at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& out
                             at::ScalarType input_dtype);
 at::Tensor log_softmax_backward(const at::Tensor& grad_output, const at::Tensor& output,
                                 int64_t dim, at::ScalarType input_dtype);
+
+// Nn.cpp
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(
+    const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+    const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask);
+std::tuple<at::Tensor, at::Tensor> nll_loss_forward(const at::Tensor& self, const at::Tensor& target,
+                                                    const std::optional<at::Tensor>& weight,
+                                                    int64_t reduction, int64_t ignore_index);
+at::Tensor nll_loss_backward(const at::Tensor& grad_output, const at::Tensor& self,
+                             const at::Tensor& target, const std::optional<at::Tensor>& weight,
+                             int64_t reduction, int64_t ignore_index, const at::Tensor& total_weight);
+at::Tensor embedding_dense_backward(const at::Tensor& grad_output, const at::Tensor& indices,
+                                    c10::SymInt num_weights, c10::SymInt padding_idx,
+                                    bool scale_grad_by_freq);
+at::Tensor index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index);
+at::Tensor where(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other);
 
 }  // namespace openreg::kernels

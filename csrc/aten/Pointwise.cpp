@@ -2,6 +2,10 @@
 // structured meta on the host, at::cpu::*_out on the stream (see Structured.h).
 #include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/add_meta.h>
+#include <ATen/ops/addcdiv_cpu_dispatch.h>
+#include <ATen/ops/addcdiv_meta.h>
+#include <ATen/ops/addcmul_cpu_dispatch.h>
+#include <ATen/ops/addcmul_meta.h>
 #include <ATen/ops/clamp_min_cpu_dispatch.h>
 #include <ATen/ops/clamp_min_meta.h>
 #include <ATen/ops/div_cpu_dispatch.h>
@@ -12,6 +16,8 @@
 #include <ATen/ops/gelu_backward_meta.h>
 #include <ATen/ops/gelu_cpu_dispatch.h>
 #include <ATen/ops/gelu_meta.h>
+#include <ATen/ops/lerp_cpu_dispatch.h>
+#include <ATen/ops/lerp_meta.h>
 #include <ATen/ops/mul_cpu_dispatch.h>
 #include <ATen/ops/mul_meta.h>
 #include <ATen/ops/neg_cpu_dispatch.h>
@@ -48,32 +54,95 @@ namespace openreg::kernels {
 using at::Scalar;
 using at::Tensor;
 
-// Binary arithmetic: functional and in-place.
-#define OPENREG_BINARY_ALPHA(op, STRUCT)                                                      \
-  Tensor op(const Tensor& self, const Tensor& other, const Scalar& alpha) {                \
-    return structured<at::meta::STRUCT>(                                                      \
-        #op, [](Tensor& out, auto&... a) { at::cpu::op##_out(out, a...); }, self, other, alpha); \
-  }                                                                                         \
-  Tensor& op##_(Tensor& self, const Tensor& other, const Scalar& alpha) {                   \
-    return structuredInplace<at::meta::STRUCT>(                                               \
-        #op "_", [](Tensor& out, auto&... a) { at::cpu::op##_out(out, a...); }, self, other, alpha); \
-  }
-OPENREG_BINARY_ALPHA(add, structured_add_Tensor)
-OPENREG_BINARY_ALPHA(sub, structured_sub_Tensor)
-#undef OPENREG_BINARY_ALPHA
+// The CPU implementation each kernel queues, as a callable: op_cpu(out, args...).
+#define OPENREG_CPU_OUT(op) \
+  constexpr auto op##_cpu = [](Tensor& out, auto&... a) { at::cpu::op##_out(out, a...); };
+OPENREG_CPU_OUT(add)
+OPENREG_CPU_OUT(sub)
+OPENREG_CPU_OUT(mul)
+OPENREG_CPU_OUT(div)
+OPENREG_CPU_OUT(lerp)
+OPENREG_CPU_OUT(addcmul)
+OPENREG_CPU_OUT(addcdiv)
+#undef OPENREG_CPU_OUT
 
-#define OPENREG_BINARY(op, STRUCT)                                                             \
-  Tensor op(const Tensor& self, const Tensor& other) {                                      \
-    return structured<at::meta::STRUCT>(                                                       \
-        #op, [](Tensor& out, auto&... a) { at::cpu::op##_out(out, a...); }, self, other);     \
-  }                                                                                          \
-  Tensor& op##_(Tensor& self, const Tensor& other) {                                         \
-    return structuredInplace<at::meta::STRUCT>(                                                \
-        #op "_", [](Tensor& out, auto&... a) { at::cpu::op##_out(out, a...); }, self, other); \
-  }
-OPENREG_BINARY(mul, structured_mul_Tensor)
-OPENREG_BINARY(div, structured_div_Tensor)
-#undef OPENREG_BINARY
+using AddMeta = at::meta::structured_add_Tensor;
+using SubMeta = at::meta::structured_sub_Tensor;
+using MulMeta = at::meta::structured_mul_Tensor;
+using DivMeta = at::meta::structured_div_Tensor;
+using LerpMeta = at::meta::structured_lerp_Scalar;
+using AddcmulMeta = at::meta::structured_addcmul;
+using AddcdivMeta = at::meta::structured_addcdiv;
+
+// Binary arithmetic: functional, in-place and out= (optimizers' foreach
+// fallbacks call the out= forms).
+Tensor add(const Tensor& self, const Tensor& other, const Scalar& alpha) {
+  return structured<AddMeta>("add", add_cpu, self, other, alpha);
+}
+Tensor& add_(Tensor& self, const Tensor& other, const Scalar& alpha) {
+  return structuredInplace<AddMeta>("add_", add_cpu, self, other, alpha);
+}
+Tensor& add_out(const Tensor& self, const Tensor& other, const Scalar& alpha, Tensor& out) {
+  return structuredOut<AddMeta>("add.out", add_cpu, out, self, other, alpha);
+}
+Tensor sub(const Tensor& self, const Tensor& other, const Scalar& alpha) {
+  return structured<SubMeta>("sub", sub_cpu, self, other, alpha);
+}
+Tensor& sub_(Tensor& self, const Tensor& other, const Scalar& alpha) {
+  return structuredInplace<SubMeta>("sub_", sub_cpu, self, other, alpha);
+}
+Tensor& sub_out(const Tensor& self, const Tensor& other, const Scalar& alpha, Tensor& out) {
+  return structuredOut<SubMeta>("sub.out", sub_cpu, out, self, other, alpha);
+}
+Tensor mul(const Tensor& self, const Tensor& other) {
+  return structured<MulMeta>("mul", mul_cpu, self, other);
+}
+Tensor& mul_(Tensor& self, const Tensor& other) {
+  return structuredInplace<MulMeta>("mul_", mul_cpu, self, other);
+}
+Tensor& mul_out(const Tensor& self, const Tensor& other, Tensor& out) {
+  return structuredOut<MulMeta>("mul.out", mul_cpu, out, self, other);
+}
+Tensor div(const Tensor& self, const Tensor& other) {
+  return structured<DivMeta>("div", div_cpu, self, other);
+}
+Tensor& div_(Tensor& self, const Tensor& other) {
+  return structuredInplace<DivMeta>("div_", div_cpu, self, other);
+}
+Tensor& div_out(const Tensor& self, const Tensor& other, Tensor& out) {
+  return structuredOut<DivMeta>("div.out", div_cpu, out, self, other);
+}
+
+// Optimizer arithmetic (Adam/AdamW): lerp, addcmul, addcdiv.
+Tensor lerp(const Tensor& self, const Tensor& end, const Scalar& weight) {
+  return structured<LerpMeta>("lerp", lerp_cpu, self, end, weight);
+}
+Tensor& lerp_(Tensor& self, const Tensor& end, const Scalar& weight) {
+  return structuredInplace<LerpMeta>("lerp_", lerp_cpu, self, end, weight);
+}
+Tensor& lerp_out(const Tensor& self, const Tensor& end, const Scalar& weight, Tensor& out) {
+  return structuredOut<LerpMeta>("lerp.out", lerp_cpu, out, self, end, weight);
+}
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  return structured<AddcmulMeta>("addcmul", addcmul_cpu, self, t1, t2, value);
+}
+Tensor& addcmul_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  return structuredInplace<AddcmulMeta>("addcmul_", addcmul_cpu, self, t1, t2, value);
+}
+Tensor& addcmul_out(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value,
+                    Tensor& out) {
+  return structuredOut<AddcmulMeta>("addcmul.out", addcmul_cpu, out, self, t1, t2, value);
+}
+Tensor addcdiv(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  return structured<AddcdivMeta>("addcdiv", addcdiv_cpu, self, t1, t2, value);
+}
+Tensor& addcdiv_(Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  return structuredInplace<AddcdivMeta>("addcdiv_", addcdiv_cpu, self, t1, t2, value);
+}
+Tensor& addcdiv_out(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value,
+                    Tensor& out) {
+  return structuredOut<AddcdivMeta>("addcdiv.out", addcdiv_cpu, out, self, t1, t2, value);
+}
 
 #define OPENREG_UNARY(op)                                                                 \
   Tensor op(const Tensor& self) {                                                         \

@@ -51,6 +51,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mul_.Tensor", TORCH_FN(mul_));
   m.impl("div.Tensor", TORCH_FN(div));
   m.impl("div_.Tensor", TORCH_FN(div_));
+  m.impl("add.out", TORCH_FN(add_out));
+  m.impl("sub.out", TORCH_FN(sub_out));
+  m.impl("mul.out", TORCH_FN(mul_out));
+  m.impl("div.out", TORCH_FN(div_out));
+  m.impl("lerp.Scalar", TORCH_FN(lerp));
+  m.impl("lerp_.Scalar", TORCH_FN(lerp_));
+  m.impl("lerp.Scalar_out", TORCH_FN(lerp_out));
+  m.impl("addcmul", TORCH_FN(addcmul));
+  m.impl("addcmul_", TORCH_FN(addcmul_));
+  m.impl("addcmul.out", TORCH_FN(addcmul_out));
+  m.impl("addcdiv", TORCH_FN(addcdiv));
+  m.impl("addcdiv_", TORCH_FN(addcdiv_));
+  m.impl("addcdiv.out", TORCH_FN(addcdiv_out));
   m.impl("exp", TORCH_FN(exp));
   m.impl("neg", TORCH_FN(neg));
   m.impl("rsqrt", TORCH_FN(rsqrt));
@@ -78,6 +91,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_log_softmax", TORCH_FN(log_softmax));
   m.impl("_softmax_backward_data", TORCH_FN(softmax_backward));
   m.impl("_log_softmax_backward_data", TORCH_FN(log_softmax_backward));
+  m.impl("native_layer_norm", TORCH_FN(native_layer_norm));
+  m.impl("native_layer_norm_backward", TORCH_FN(native_layer_norm_backward));
+  m.impl("nll_loss_forward", TORCH_FN(nll_loss_forward));
+  m.impl("nll_loss_backward", TORCH_FN(nll_loss_backward));
+  m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward));
+  m.impl("index_select", TORCH_FN(index_select));
+  m.impl("where.self", TORCH_FN(where));
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

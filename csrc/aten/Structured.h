@@ -13,6 +13,7 @@
 
 #include <ATen/TensorIterator.h>
 #include <ATen/TensorMeta.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
@@ -29,8 +30,9 @@ namespace openreg {
 // (functional), or `self` (in-place).
 template <class Meta, size_t kOutputs = 1>
 struct OpenRegStructured final : public Meta {
+  enum class Mode { kFunctional, kInplace, kOut };
   std::array<at::Tensor, kOutputs> outputs;
-  bool inplace = false;
+  Mode mode = Mode::kFunctional;
 
   void set_output_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
                           at::TensorOptions options) override {
@@ -44,9 +46,12 @@ struct OpenRegStructured final : public Meta {
 
  private:
   void allocate(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides, at::TensorOptions options) {
-    if (inplace) {
+    if (mode == Mode::kInplace) {
       TORCH_CHECK(outputs[i].sizes() == sizes, "output with shape ", outputs[i].sizes(),
                   " doesn't match the broadcast shape ", sizes);
+    } else if (mode == Mode::kOut) {
+      // out= semantics: resize (with ATen's warning for non-empty outputs).
+      at::native::resize_output(outputs[i], sizes);
     } else {
       // An empty stride hint means "contiguous" (as in ATen's generated create_out).
       outputs[i] = strides.empty() ? ::at::empty(sizes, options)
@@ -155,7 +160,7 @@ at::Tensor& structuredInplace(const char* name, Compute compute, at::Tensor& sel
   c10::Device device = opDevice(name, self, args...);
   c10::DeviceGuard guard(device);
   OpenRegStructured<Meta, 1> op;
-  op.inplace = true;
+  op.mode = OpenRegStructured<Meta, 1>::Mode::kInplace;
   op.outputs[0] = self;
   op.meta(self, args...);
   std::vector<at::Tensor> reads{self};
@@ -167,6 +172,26 @@ at::Tensor& structuredInplace(const char* name, Compute compute, at::Tensor& sel
       },
       reads, {self});
   return self;
+}
+
+// out= variant: `out` is resized as needed and written by the kernel.
+template <class Meta, class Compute, class... Args>
+at::Tensor& structuredOut(const char* name, Compute compute, at::Tensor& out, const Args&... args) {
+  c10::Device device = opDevice(name, out, args...);
+  c10::DeviceGuard guard(device);
+  OpenRegStructured<Meta, 1> op;
+  op.mode = OpenRegStructured<Meta, 1>::Mode::kOut;
+  op.outputs[0] = out;
+  op.meta(args...);
+  std::vector<at::Tensor> reads;
+  (collectTensor(reads, args), ...);
+  launchOnCurrentStream(
+      out,
+      [view = kernelView(out), kargs = std::make_tuple(toKernelArg(args)...), compute]() mutable {
+        std::apply([&](auto&... a) { compute(view, fromKernelArg(a)...); }, kargs);
+      },
+      reads, {out});
+  return out;
 }
 
 }  // namespace openreg

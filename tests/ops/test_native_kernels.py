@@ -130,3 +130,63 @@ def test_kernels_run_on_the_current_device_and_stream():
         assert not s.query()
     s.synchronize()
     torch.testing.assert_close(b.cpu(), a.cpu() * 3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm_forward_backward(dtype):
+    x = torch.randn(4, 6, 8).to(dtype)
+    ln = torch.nn.LayerNorm(8)
+    results = []
+    for device in ("cpu", "openreg"):
+        layer = ln.to(device)
+        t = x.to(device).detach().clone().requires_grad_()
+        out = layer(t)
+        (out * torch.linspace(-1, 1, 8, device=device)).sum().backward()
+        results.append([v.detach().cpu() for v in (out, t.grad, layer.weight.grad, layer.bias.grad)])
+        layer.zero_grad()
+    torch.testing.assert_close(results[0], results[1])
+
+
+def test_cross_entropy_embedding_index_select_where():
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(20, 6)
+    idx = torch.randint(0, 20, (5, 3))
+    target = torch.randint(0, 6, (15,))
+    outs = []
+    for device in ("cpu", "openreg"):
+        e = emb.to(device)
+        logits = e(idx.to(device)).view(-1, 6)
+        loss = torch.nn.functional.cross_entropy(logits, target.to(device), ignore_index=2)
+        loss.backward()
+        picked = torch.index_select(e.weight, 0, torch.tensor([3, 1, 3], device=device))
+        w = torch.where(picked > 0, picked, torch.zeros((), device=device))
+        outs.append([loss.detach().cpu(), e.weight.grad.cpu(), picked.detach().cpu(), w.detach().cpu()])
+        e.zero_grad()
+    torch.testing.assert_close(outs[0], outs[1])
+
+
+def test_optimizer_ops_all_variants():
+    a, b, c = torch.randn(6), torch.randn(6), torch.randn(6).abs() + 1
+    d = [t.to("openreg") for t in (a, b, c)]
+    torch.testing.assert_close(torch.lerp(d[0], d[1], 0.3).cpu(), torch.lerp(a, b, 0.3))
+    torch.testing.assert_close(torch.addcmul(d[0], d[1], d[2], value=2).cpu(), torch.addcmul(a, b, c, value=2))
+    torch.testing.assert_close(torch.addcdiv(d[0], d[1], d[2], value=-1).cpu(), torch.addcdiv(a, b, c, value=-1))
+    out = torch.empty(0, device="openreg")
+    torch.mul(d[0], d[1], out=out)
+    torch.testing.assert_close(out.cpu(), a * b)
+    x = d[0].clone()
+    x.addcdiv_(d[1], d[2]).lerp_(d[1], 0.5).addcmul_(d[1], d[2])
+    torch.testing.assert_close(x.cpu(), a.clone().addcdiv_(b, c).lerp_(b, 0.5).addcmul_(b, c))
+    # AdamW with foreach on openreg matches the CPU's for-each implementation
+    params = [torch.nn.Parameter(torch.randn(3, 3)) for _ in range(2)]
+    for device in ("cpu", "openreg"):
+        ps = [torch.nn.Parameter(p.detach().to(device)) for p in params]
+        opt = torch.optim.AdamW(ps, lr=0.1, foreach=True)
+        for _ in range(3):
+            sum((p ** 2).sum() for p in ps).backward()
+            opt.step()
+            opt.zero_grad()
+        if device == "cpu":
+            ref = [p.detach().clone() for p in ps]
+        else:
+            torch.testing.assert_close([p.detach().cpu() for p in ps], ref)
