@@ -180,7 +180,7 @@ def test_optimizer_ops_all_variants():
     # AdamW with foreach on openreg matches the CPU's for-each implementation
     params = [torch.nn.Parameter(torch.randn(3, 3)) for _ in range(2)]
     for device in ("cpu", "openreg"):
-        ps = [torch.nn.Parameter(p.detach().to(device)) for p in params]
+        ps = [torch.nn.Parameter(p.detach().clone().to(device)) for p in params]
         opt = torch.optim.AdamW(ps, lr=0.1, foreach=True)
         for _ in range(3):
             sum((p ** 2).sum() for p in ps).backward()
