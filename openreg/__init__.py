@@ -5,7 +5,17 @@
 ``"openreg"`` exists and ``torch.openreg`` is this module, with the same
 surface as ``torch.cuda`` for devices, streams, events, memory and RNG.
 """
-import torch
+
+
+def _autoload():
+    """Entry point for torch's device-backend autoloading (importing does the work).
+
+    Defined before ``import torch``: when openreg is imported first, torch's
+    autoload re-enters this partially initialised module and calls it.
+    """
+
+
+import torch  # noqa: E402
 
 from . import _C  # noqa: F401  (registers the device with PyTorch's hooks)
 from .device import (
@@ -60,10 +70,6 @@ from .random import (
 from . import _registration
 
 _registration.register()
-
-
-def _autoload():
-    """Entry point for torch's device-backend autoloading (importing does the work)."""
 
 
 __all__ = [

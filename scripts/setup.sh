@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --disable-pip-version-check \
   "torch==2.13.0" ninja numpy "setuptools>=64" wheel \
-  pytest pytest-xdist pytest-timeout expecttest
+  matplotlib pytest pytest-xdist pytest-timeout expecttest
 # --no-build-isolation: compile against the torch installed above.
 python -m pip install --quiet --disable-pip-version-check --no-build-isolation -e .

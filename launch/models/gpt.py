@@ -20,18 +20,23 @@ class GPTConfig:
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.n_head = cfg.n_head
-        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
+        self.head_dim = cfg.n_embd // cfg.n_head
+        # Separate projections so tensor parallelism can shard heads column-wise.
+        self.q = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.k = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.v = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.dropout = cfg.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
+        b, t, _ = x.shape
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        width = q.shape[-1]  # local width under tensor parallelism
+        q, k, v = (z.view(b, t, width // self.head_dim, self.head_dim).transpose(1, 2)
+                   for z in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                            dropout_p=self.dropout if self.training else 0.0)
-        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return self.proj(y.transpose(1, 2).reshape(b, t, width))
 
 
 class Block(nn.Module):
@@ -40,12 +45,13 @@ class Block(nn.Module):
         self.ln1 = nn.LayerNorm(cfg.n_embd)
         self.attn = CausalSelfAttention(cfg)
         self.ln2 = nn.LayerNorm(cfg.n_embd)
-        self.mlp = nn.Sequential(nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(),
-                                 nn.Linear(4 * cfg.n_embd, cfg.n_embd), nn.Dropout(cfg.dropout))
+        self.fc1 = nn.Linear(cfg.n_embd, 4 * cfg.n_embd)
+        self.fc2 = nn.Linear(4 * cfg.n_embd, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        return x + self.drop(self.fc2(F.gelu(self.fc1(self.ln2(x)))))
 
 
 class GPT(nn.Module):

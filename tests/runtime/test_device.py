@@ -107,3 +107,9 @@ def test_tensor_device_helpers():
     assert x.is_openreg and x.device.type == "openreg"
     with torch.openreg.device_of(torch.ones(1, device="openreg:6")):
         assert torch.openreg.current_device() == 6
+
+
+def test_import_openreg_before_torch(python):
+    r = python("import openreg, torch; print(torch.ones(2, device='openreg:1').sum().item())")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "2.0"

@@ -1,0 +1,285 @@
+"""Train a small GPT on simulated openreg devices under torchrun.
+
+    torchrun --nproc-per-node=4 launch/train.py --strategy fsdp2
+    openreg-run --strategy ddp            # the same, with sensible defaults
+
+Each process drives openreg:LOCAL_RANK and joins the "oreg_ccl" process group.
+Strategies: ddp, fsdp (FSDP1), fsdp2 (fully_shard), hsdp (replicate x shard),
+tp (tensor parallel), dp_tp (FSDP2 across, tensor parallel within).
+The global batch is the same for every world size and strategy, so losses can
+be compared with a single-process run (--devices 1, or --device-type cpu).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from models.gpt import GPT, GPTConfig  # noqa: E402
+
+STRATEGIES = ("none", "ddp", "fsdp", "fsdp2", "hsdp", "tp", "dp_tp")
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "corpus.txt")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--strategy", choices=STRATEGIES, default="ddp")
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--global-batch", type=int, default=16, help="sequences per step, all ranks together")
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--n-layer", type=int, default=2)
+    p.add_argument("--n-embd", type=int, default=128)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--clip-grad", type=float, default=1.0)
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (FSDP2: MixedPrecisionPolicy)")
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--device-type", default="openreg", choices=("openreg", "cpu"))
+    p.add_argument("--backend", default=None, help="default: oreg_ccl on openreg, gloo on cpu")
+    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--checkpoint-every", type=int, default=0)
+    p.add_argument("--resume", action="store_true", help="resume from --checkpoint-dir if present")
+    p.add_argument("--out-dir", default="runs/latest", help="where the plot and summary go")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-plot", action="store_true")
+    return p.parse_args(argv)
+
+
+# ---- data ------------------------------------------------------------------
+
+def load_corpus() -> torch.Tensor:
+    with open(CORPUS, "rb") as f:
+        return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
+
+
+def global_batch(data: torch.Tensor, step: int, batch: int, seq_len: int, seed: int):
+    """The step's global batch: identical on every rank and world size."""
+    g = torch.Generator().manual_seed(seed * 100003 + step)
+    starts = torch.randint(0, data.numel() - seq_len - 1, (batch,), generator=g)
+    x = torch.stack([data[s:s + seq_len] for s in starts.tolist()])
+    y = torch.stack([data[s + 1:s + seq_len + 1] for s in starts.tolist()])
+    return x, y
+
+
+# ---- parallelism -----------------------------------------------------------
+
+def tp_plan():
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    return {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
+            "attn.proj": RowwiseParallel(), "fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+
+
+def apply_activation_checkpointing(model):
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        apply_activation_checkpointing as apply_ac, checkpoint_wrapper)
+    from models.gpt import Block
+    apply_ac(model, checkpoint_wrapper_fn=checkpoint_wrapper, check_fn=lambda m: isinstance(m, Block))
+
+
+def wrap(model, args, world, device):
+    """Returns (model, data-parallel size, data-parallel rank)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    s = args.strategy
+    if s == "none" or world == 1 and s in ("ddp", "fsdp", "fsdp2", "hsdp"):
+        return model, 1, 0
+    if s == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        return DDP(model), world, rank
+    if s == "fsdp":
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        return FSDP(model, device_id=device, use_orig_params=True), world, rank
+    if s in ("fsdp2", "hsdp"):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        if s == "hsdp":
+            assert world % 2 == 0, "hsdp needs an even number of devices"
+            mesh = init_device_mesh(args.device_type, (2, world // 2), mesh_dim_names=("replicate", "shard"))
+        else:
+            mesh = init_device_mesh(args.device_type, (world,), mesh_dim_names=("shard",))
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.bf16 else None
+        kw = {"mesh": mesh} | ({"mp_policy": mp} if mp else {})
+        for block in model.blocks:
+            fully_shard(block, **kw)
+        fully_shard(model, **kw)
+        return model, world, rank
+    from torch.distributed.tensor.parallel import parallelize_module
+    if s == "tp":
+        mesh = init_device_mesh(args.device_type, (world,), mesh_dim_names=("tp",))
+        for block in model.blocks:
+            parallelize_module(block, mesh, tp_plan())
+        return model, 1, 0
+    if s == "dp_tp":
+        from torch.distributed.fsdp import fully_shard
+        assert world % 2 == 0, "dp_tp needs an even number of devices"
+        mesh = init_device_mesh(args.device_type, (world // 2, 2), mesh_dim_names=("dp", "tp"))
+        for block in model.blocks:
+            parallelize_module(block, mesh["tp"], tp_plan())
+            fully_shard(block, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
+        return model, world // 2, mesh["dp"].get_local_rank()
+    raise ValueError(s)
+
+
+def clip_grad_norm(model, max_norm: float, strategy: str):
+    if strategy == "fsdp":
+        model.clip_grad_norm_(max_norm)  # FSDP1 knows the norm is over sharded flat params
+        return
+    if strategy not in ("tp", "dp_tp"):
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        return
+    # Tensor-parallel models mix DTensor and plain parameters, which PyTorch's
+    # clip_grad_norm_ refuses: take the global norm over full gradients.
+    from torch.distributed.tensor import DTensor
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    squares = [(g.full_tensor() if isinstance(g, DTensor) else g).float().pow(2).sum() for g in grads]
+    total = torch.stack(squares).sum().sqrt()
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(scale.to(g.dtype) if not isinstance(g, DTensor) else scale.item())
+
+
+# ---- checkpoints -----------------------------------------------------------
+
+def save_checkpoint(path, model, opt, step):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+    if dist.get_rank() == 0:
+        with open(os.path.join(path, "step.json"), "w") as f:
+            json.dump({"step": step}, f)
+
+
+def load_checkpoint(path, model, opt) -> int:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    with open(os.path.join(path, "step.json")) as f:
+        return json.load(f)["step"]
+
+
+# ---- the job ---------------------------------------------------------------
+
+def device_peak_memory(device) -> int:
+    if device.type == "openreg":
+        return torch.openreg.max_memory_allocated(device)
+    return 0
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if args.device_type == "openreg":
+        import openreg  # noqa: F401  (autoloaded by torch too; explicit for clarity)
+        torch.openreg.set_device(local_rank)
+        device = torch.device("openreg", local_rank)
+    else:
+        device = torch.device("cpu")
+    distributed = "RANK" in os.environ
+    if distributed:
+        backend = args.backend or ("oreg_ccl" if args.device_type == "openreg" else "gloo")
+        dist.init_process_group(backend, device_id=device if args.device_type == "openreg" else None)
+    rank = dist.get_rank() if distributed else 0
+
+    torch.manual_seed(args.seed)  # identical initial weights on every rank
+    cfg = GPTConfig(block_size=args.seq_len, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd)
+    model = GPT(cfg).to(device)
+    if args.activation_checkpointing:
+        apply_activation_checkpointing(model)
+    model, dp_size, dp_rank = wrap(model, args, world if distributed else 1, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    assert args.global_batch % dp_size == 0, "global batch must divide by the data-parallel size"
+    local_batch = args.global_batch // dp_size
+
+    start_step = 0
+    if args.resume and args.checkpoint_dir and os.path.exists(os.path.join(args.checkpoint_dir, "step.json")):
+        start_step = load_checkpoint(args.checkpoint_dir, model, opt)
+        if rank == 0:
+            print(f"resumed from {args.checkpoint_dir} at step {start_step}", flush=True)
+
+    data = load_corpus()
+    autocast = (torch.autocast(args.device_type, dtype=torch.bfloat16)
+                if args.bf16 and args.strategy not in ("fsdp2", "hsdp") else nullcontext())
+    losses, t0, tokens = [], time.perf_counter(), 0
+    for step in range(start_step, args.steps):
+        x, y = global_batch(data, step, args.global_batch, args.seq_len, args.seed)
+        x = x[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
+        y = y[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
+        with autocast:
+            logits = model(x)
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if args.clip_grad > 0:
+            clip_grad_norm(model, args.clip_grad, args.strategy)
+        opt.step()
+        # The reported loss is the global-batch mean (identical on all ranks).
+        report = loss.detach().clone()
+        if distributed and dp_size > 1:
+            dist.all_reduce(report, op=dist.ReduceOp.AVG)
+        value = report.item()
+        losses.append(value)
+        tokens += args.global_batch * args.seq_len
+        if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
+            elapsed = time.perf_counter() - t0
+            print(f"step {step:4d}  loss {value:.4f}  tokens/s {tokens / elapsed:8.0f}  "
+                  f"peak mem {device_peak_memory(device) / 2**20:7.1f} MiB", flush=True)
+        if args.checkpoint_dir and args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
+            save_checkpoint(args.checkpoint_dir, model, opt, step + 1)
+
+    elapsed = time.perf_counter() - t0
+    peaks = [device_peak_memory(device)]
+    if distributed:
+        gathered = [None] * world
+        dist.all_gather_object(gathered, peaks[0])
+        peaks = gathered
+    if rank == 0:
+        summary = {"strategy": args.strategy, "world_size": world if distributed else 1,
+                   "steps": args.steps - start_step, "first_step": start_step, "losses": losses,
+                   "final_loss": losses[-1] if losses else math.nan, "seconds": elapsed,
+                   "steps_per_second": (args.steps - start_step) / elapsed if elapsed else 0.0,
+                   "tokens_per_second": tokens / elapsed if elapsed else 0.0,
+                   "peak_memory_bytes_per_device": peaks, "bf16": args.bf16}
+        os.makedirs(args.out_dir, exist_ok=True)
+        with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+        if not args.no_plot:
+            write_plot(os.path.join(args.out_dir, "loss.png"), losses, start_step, args)
+        print(f"done: {summary['steps']} steps in {elapsed:.1f}s, final loss {summary['final_loss']:.4f}; "
+              f"summary in {args.out_dir}/summary.json", flush=True)
+    if distributed:
+        dist.destroy_process_group()
+
+
+def write_plot(path, losses, start, args):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed; skipping the loss plot", flush=True)
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(range(start, start + len(losses)), losses)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title(f"GPT on openreg, strategy {args.strategy}")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
