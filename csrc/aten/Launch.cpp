@@ -2,6 +2,10 @@
 
 #include <c10/core/TensorImpl.h>
 
+#include <ATen/EmptyTensor.h>
+#include <c10/core/DeviceGuard.h>
+
+#include "../runtime/OpenRegCachingAllocator.h"
 #include "../runtime/OpenRegException.h"
 #include "../runtime/OpenRegStream.h"
 
@@ -16,6 +20,17 @@ at::Tensor kernelView(const at::Tensor& t) {
       std::move(alias), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
   view.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   return view;
+}
+
+at::Tensor allocateOutput(at::IntArrayRef sizes, at::IntArrayRef strides,
+                          const at::TensorOptions& options) {
+  c10::OptionalDeviceGuard guard(options.device_opt());
+  constexpr c10::DispatchKeySet kKeys(c10::DispatchKey::PrivateUse1);
+  auto dtype = options.dtype().toScalarType();
+  if (strides.empty())
+    return at::detail::empty_generic(sizes, getCachingAllocator(), kKeys, dtype,
+                                     options.memory_format_opt());
+  return at::detail::empty_strided_generic(sizes, strides, getCachingAllocator(), kKeys, dtype);
 }
 
 void launchKernel(const c10::Stream& stream, std::function<void()> kernel,

@@ -26,6 +26,9 @@
 
 namespace openreg {
 
+// A device tensor for a kernel output, allocated on options' device.
+at::Tensor allocateOutput(at::IntArrayRef sizes, at::IntArrayRef strides, const at::TensorOptions& options);
+
 // What a structured meta function sees as the outputs: fresh device tensors
 // (functional), or `self` (in-place).
 template <class Meta, size_t kOutputs = 1>
@@ -53,9 +56,9 @@ struct OpenRegStructured final : public Meta {
       // out= semantics: resize (with ATen's warning for non-empty outputs).
       at::native::resize_output(outputs[i], sizes);
     } else {
-      // An empty stride hint means "contiguous" (as in ATen's generated create_out).
-      outputs[i] = strides.empty() ? ::at::empty(sizes, options)
-                                   : ::at::empty_strided(sizes, strides, options);
+      // Straight to the caching allocator (no dispatcher round trip). An empty
+      // stride hint means "contiguous", as in ATen's generated create_out.
+      outputs[i] = allocateOutput(sizes, strides, options);
     }
     // TensorIterator-based ops record their outputs in the iterator.
     if constexpr (std::is_base_of_v<at::TensorIteratorBase, Meta>)

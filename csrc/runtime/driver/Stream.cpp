@@ -27,6 +27,7 @@ struct orStream_st {
   std::condition_variable done_cv;  // waiters wait for completion
   std::deque<std::function<void()>> queue;  // GUARDED_BY mutex
   std::atomic<uint64_t> enqueued{0};
+  std::atomic<int64_t> pending{0};  // queue length, readable without the mutex
   std::atomic<uint64_t> completed{0};
   std::atomic<int> waiters{0};
   std::string first_error;  // GUARDED_BY mutex; sticky like CUDA's errors
@@ -41,6 +42,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int kSpinIterations = 2000;
+constexpr int kWorkerSpinIterations = 200;
 
 std::mutex g_registry_mutex;
 std::vector<orStream> g_streams;  // GUARDED_BY g_registry_mutex; for orDeviceSynchronize
@@ -50,11 +52,16 @@ std::vector<orStream> g_streams;  // GUARDED_BY g_registry_mutex; for orDeviceSy
 void orStream_st::run() {
   for (;;) {
     std::function<void()> kernel;
+    // A stream that just ran work is likely to get more soon: poll briefly
+    // before sleeping, so back-to-back small launches skip a futex wake-up.
+    for (int i = 0; i < kWorkerSpinIterations && pending.load(std::memory_order_acquire) == 0; ++i)
+      std::this_thread::yield();
     {
       std::unique_lock<std::mutex> lock(mutex);
       work_cv.wait(lock, [&] { return !queue.empty(); });
       kernel = std::move(queue.front());
       queue.pop_front();
+      pending.fetch_sub(1, std::memory_order_relaxed);
     }
     if (!failed.load(std::memory_order_relaxed)) {
       try {
@@ -133,6 +140,7 @@ orError orLaunchKernel(orStream stream, std::function<void()> kernel,
   {
     std::lock_guard<std::mutex> lock(stream->mutex);
     stream->queue.push_back(std::move(kernel));
+    stream->pending.fetch_add(1, std::memory_order_relaxed);
     stream->enqueued.fetch_add(1, std::memory_order_relaxed);
   }
   stream->work_cv.notify_one();
@@ -218,6 +226,7 @@ orError orEventRecord(orEvent event, orStream stream) {
     // Enqueue and read the sequence number atomically w.r.t. other launches.
     std::lock_guard<std::mutex> lock(stream->mutex);
     stream->queue.push_back(std::move(mark));
+    stream->pending.fetch_add(1, std::memory_order_relaxed);
     record->seq = stream->enqueued.fetch_add(1) + 1;
   }
   stream->work_cv.notify_one();
