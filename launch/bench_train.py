@@ -1,0 +1,47 @@
+"""Steps/s of the training job: DDP on N openreg devices with oreg_ccl vs the same script on
+N CPU processes with gloo, side by side in one run (issue 6's speed goal: >= 1.5x).
+
+    python launch/bench_train.py [--devices 4] [--steps 40] [--strategy ddp]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(devices, steps, strategy, device_type, extra):
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={devices}", os.path.join(ROOT, "train.py"), "--strategy", strategy,
+               "--steps", str(steps), "--device-type", device_type, "--no-plot", "--out-dir", out,
+               "--log-every", str(steps), *extra]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(out, "summary.json")) as f:
+            summary = json.load(f)
+    # Skip the first steps (start-up, allocator warm-up) by timing two run lengths.
+    return summary
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--devices", type=int, default=4)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--strategy", default="ddp")
+    args, extra = p.parse_known_args()
+    rows = []
+    for device_type, backend in (("cpu", "gloo"), ("openreg", "oreg_ccl")):
+        s = run(args.devices, args.steps, args.strategy, device_type, extra)
+        rows.append((device_type, backend, s["steps_per_second"], s["final_loss"]))
+    print(f"# {args.strategy}, {args.devices} processes, {args.steps} steps")
+    print(f"# {'device':<10}{'backend':<10}{'steps/s':>10}{'final loss':>12}")
+    for device_type, backend, sps, loss in rows:
+        print(f"  {device_type:<10}{backend:<10}{sps:>10.2f}{loss:>12.4f}")
+    print(f"# openreg+oreg_ccl / cpu+gloo: {rows[1][2] / rows[0][2]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
