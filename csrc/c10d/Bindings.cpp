@@ -29,7 +29,11 @@ void initBindings(py::module_& m) {
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("options", &OregBackend::options);
+      .def_property_readonly("options", &OregBackend::options)
+      // new_group() calls this on ranks left out of a group split from a
+      // device-bound default group (NCCL's ncclCommSplit needs every rank).
+      // oreg_ccl builds each group from its members only: nothing to do.
+      .def("perform_nocolor_split", [](OregBackend&, const py::object&) {});
 }
 
 }  // namespace openreg::ccl

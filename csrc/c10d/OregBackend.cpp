@@ -5,6 +5,8 @@
 
 #include "Errors.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
 #include <algorithm>
 
 #include "../aten/Launch.h"
@@ -90,6 +92,11 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
       OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
                        " called after the process group was shut down or aborted");
   }
+  // A broken group fails every later call at once, on the caller's thread.
+  std::string failure = transport_->failure();
+  if (!failure.empty())
+    OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
+                   " on a process group that already failed: ", failure);
   int device = readyDevice;
   for (const auto* list : {&inputs, &outputs})
     for (const auto& t : *list)
@@ -293,7 +300,13 @@ c10::intrusive_ptr<c10d::Backend> OregBackend::split(
     o->group_desc = opts->group_desc;
     o->global_ranks_in_group = opts->global_ranks_in_group;
   }
-  return c10::make_intrusive<OregBackend>(store, static_cast<int>(it - ranks.begin()),
+  // c10d hands every split the parent's store: give each new group its own
+  // key space. Every rank of the parent calls split() once per split_group,
+  // so (split count, member ranks) names the group identically on its members.
+  std::string name = std::to_string(splitCount_++) + "/";
+  for (int r : ranks) name += std::to_string(r) + ",";
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("oreg_ccl_split/" + name, store);
+  return c10::make_intrusive<OregBackend>(prefixed, static_cast<int>(it - ranks.begin()),
                                           static_cast<int>(ranks.size()), o);
 }
 

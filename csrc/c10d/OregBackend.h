@@ -164,6 +164,7 @@ class OregBackend final : public c10d::Backend {
   c10::intrusive_ptr<Options> options_;
   std::shared_ptr<Transport> transport_;
   uint64_t seq_ = 0;  // collectives issued (caller thread)
+  uint64_t splitCount_ = 0;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<OregWork>> coalesced_;
 

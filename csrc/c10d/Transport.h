@@ -88,6 +88,10 @@ class Transport {
   // transports fail too instead of waiting for their timeout.
   virtual void cancel(const std::string& why, bool propagate) = 0;
 
+  // The first error of this transport (including one published by another
+  // rank, once noticed), or "" while healthy. Any thread.
+  virtual std::string failure() const = 0;
+
   // True if there are posted requests not yet complete.
   virtual bool busy() const = 0;
 };

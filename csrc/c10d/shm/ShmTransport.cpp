@@ -247,6 +247,18 @@ bool ShmTransport::busy() const {
   return !p2pRecvs_.empty();
 }
 
+std::string ShmTransport::failure() const {
+  {
+    std::lock_guard<std::mutex> g(errorMutex_);
+    if (!error_.empty()) return error_;
+  }
+  ShmSegmentHeader* g = maps_[0].header();
+  if (g && g->failState.load(std::memory_order_acquire) == 2)
+    return "rank " + std::to_string(g->failRank) + " failed: " +
+           std::string(g->failure, strnlen(g->failure, kFailureChars));
+  return "";
+}
+
 void ShmTransport::finishRecv(const std::shared_ptr<PendingRecv>& r, int src) {
   r->req->peer = src;
   r->req->done.store(true, std::memory_order_release);

@@ -58,6 +58,7 @@ class ShmTransport final : public Transport {
   void wakeup() override;
   void cancel(const std::string& why, bool propagate) override;
   bool busy() const override;
+  std::string failure() const override;
 
  private:
   struct Mapping {
