@@ -7,7 +7,7 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-SOURCE_DIRS = ["csrc/runtime/driver", "csrc/runtime", "csrc/aten", "csrc/python"]
+SOURCE_DIRS = ["csrc/runtime/driver", "csrc/runtime", "csrc/aten", "csrc/python", "csrc/c10d", "csrc/c10d/shm"]
 
 
 def sources():

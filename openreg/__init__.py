@@ -68,8 +68,10 @@ from .random import (
     set_rng_state_all,
 )
 from . import _registration
+from . import _ccl
 
 _registration.register()
+_ccl.register()
 
 
 __all__ = [

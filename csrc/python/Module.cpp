@@ -17,6 +17,10 @@
 
 namespace py = pybind11;
 
+namespace openreg::ccl {
+void initBindings(py::module_& m);  // csrc/c10d/Bindings.cpp
+}  // namespace openreg::ccl
+
 namespace openreg {
 namespace {
 
@@ -33,6 +37,7 @@ c10::Stream streamFrom(int64_t stream_id, int64_t device_index) {
 PYBIND11_MODULE(_C, m) {
   using namespace openreg;
   m.doc() = "openreg runtime bindings";
+  openreg::ccl::initBindings(m);  // the oreg_ccl c10d backend
 
   m.def("_device_count", [] { return static_cast<int>(device_count()); });
   m.def("_current_device", [] { return static_cast<int>(current_device()); });

@@ -1,0 +1,201 @@
+#include "Algorithms.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstring>
+
+#include "Config.h"
+
+namespace openreg::ccl {
+
+RequestPtr Collective::send(int peer, const void* data, size_t bytes) {
+  return transport.isend(Channel::kCollective, peer, tag, what, data, bytes);
+}
+
+RequestPtr Collective::recvInto(int peer, void* data, size_t bytes) {
+  char* base = static_cast<char*>(data);
+  return transport.irecv(Channel::kCollective, peer, tag, what, bytes,
+                         [base](const void* piece, size_t off, size_t n) {
+                           std::memcpy(base + off, piece, n);
+                         });
+}
+
+RequestPtr Collective::recvReduce(int peer, void* acc, size_t count, c10::ScalarType dtype,
+                                  ReduceKind op) {
+  char* base = static_cast<char*>(acc);
+  size_t elem = c10::elementSize(dtype);
+  // Pieces start at multiples of kPieceAlign, so they split no element.
+  return transport.irecv(Channel::kCollective, peer, tag, what, count * elem,
+                         [=](const void* piece, size_t off, size_t n) {
+                           reduceInto(base + off, piece, n / elem, dtype, op);
+                         });
+}
+
+void Collective::wait(const RequestPtr& req) { waitFor(transport, req, deadline, what); }
+
+void Collective::waitAll(const std::vector<RequestPtr>& reqs) {
+  for (const auto& r : reqs) wait(r);
+}
+
+namespace {
+
+// Part p of `count` elements split n ways: [begin, begin + len).
+struct Part {
+  size_t begin, len;
+};
+Part partOf(size_t count, int n, int p) {
+  size_t base = count / n, extra = count % n;
+  size_t begin = p * base + std::min<size_t>(p, extra);
+  return {begin, base + (size_t(p) < extra ? 1 : 0)};
+}
+
+void allreduceOneShot(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
+                      ReduceKind op) {
+  const int n = c.size(), r = c.rank();
+  const size_t bytes = count * c10::elementSize(dtype);
+  std::vector<RequestPtr> sends;
+  for (int p = 0; p < n; ++p)
+    if (p != r) sends.push_back(c.send(p, buf, bytes));
+  // Reduce in rank order into a scratch buffer: every rank performs the same
+  // operations in the same order, so all ranks get bit-identical results.
+  std::vector<char> acc(bytes);
+  for (int q = 0; q < n; ++q) {
+    if (q == r) {
+      if (q == 0) std::memcpy(acc.data(), buf, bytes);
+      else reduceInto(acc.data(), buf, count, dtype, op);
+    } else if (q == 0) {
+      c.wait(c.recvInto(q, acc.data(), bytes));
+    } else {
+      c.wait(c.recvReduce(q, acc.data(), count, dtype, op));
+    }
+  }
+  c.waitAll(sends);  // `buf` is read by the sends until they complete
+  std::memcpy(buf, acc.data(), bytes);
+}
+
+void allreduceReduceScatterAllgather(Collective& c, void* buf, size_t count,
+                                     c10::ScalarType dtype, ReduceKind op) {
+  const int n = c.size(), r = c.rank();
+  const size_t elem = c10::elementSize(dtype);
+  char* base = static_cast<char*>(buf);
+  const Part mine = partOf(count, n, r);
+  std::vector<RequestPtr> sends;
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    Part part = partOf(count, n, p);
+    sends.push_back(c.send(p, base + part.begin * elem, part.len * elem));
+  }
+  for (int q = 0; q < n; ++q)
+    if (q != r) c.wait(c.recvReduce(q, base + mine.begin * elem, mine.len, dtype, op));
+  c.waitAll(sends);  // before the all-gather overwrites the parts they read
+  sends.clear();
+  std::vector<RequestPtr> recvs;
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    Part part = partOf(count, n, p);
+    sends.push_back(c.send(p, base + mine.begin * elem, mine.len * elem));
+    recvs.push_back(c.recvInto(p, base + part.begin * elem, part.len * elem));
+  }
+  c.waitAll(recvs);
+  c.waitAll(sends);
+}
+
+}  // namespace
+
+void allreduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op) {
+  if (c.size() == 1) return;
+  if (count * c10::elementSize(dtype) <= config().oneShotBytes || count < size_t(c.size()))
+    allreduceOneShot(c, buf, count, dtype, op);
+  else
+    allreduceReduceScatterAllgather(c, buf, count, dtype, op);
+}
+
+void broadcast(Collective& c, void* buf, size_t bytes, int root) {
+  if (c.rank() != root) return c.wait(c.recvInto(root, buf, bytes));
+  std::vector<RequestPtr> sends;
+  for (int p = 0; p < c.size(); ++p)
+    if (p != root) sends.push_back(c.send(p, buf, bytes));
+  c.waitAll(sends);
+}
+
+void allgather(Collective& c, const void* in, void* out, size_t bytes) {
+  const int n = c.size(), r = c.rank();
+  char* o = static_cast<char*>(out);
+  if (o + r * bytes != in) std::memcpy(o + r * bytes, in, bytes);
+  std::vector<RequestPtr> reqs;
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    reqs.push_back(c.send(p, in, bytes));
+    reqs.push_back(c.recvInto(p, o + p * bytes, bytes));
+  }
+  c.waitAll(reqs);
+}
+
+void reduceScatter(Collective& c, const void* in, void* out, size_t count, c10::ScalarType dtype,
+                   ReduceKind op) {
+  const int n = c.size(), r = c.rank();
+  const size_t bytes = count * c10::elementSize(dtype);
+  const char* i = static_cast<const char*>(in);
+  std::vector<RequestPtr> sends;
+  for (int p = 0; p < n; ++p)
+    if (p != r) sends.push_back(c.send(p, i + p * bytes, bytes));
+  std::memcpy(out, i + r * bytes, bytes);
+  for (int q = 0; q < n; ++q)
+    if (q != r) c.wait(c.recvReduce(q, out, count, dtype, op));
+  c.waitAll(sends);
+}
+
+void reduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op, int root) {
+  if (c.rank() != root)
+    return c.wait(c.send(root, buf, count * c10::elementSize(dtype)));
+  for (int q = 0; q < c.size(); ++q)
+    if (q != root) c.wait(c.recvReduce(q, buf, count, dtype, op));
+}
+
+void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffsets,
+              const std::vector<size_t>& sendBytes, char* out,
+              const std::vector<size_t>& recvOffsets, const std::vector<size_t>& recvBytes) {
+  const int n = c.size(), r = c.rank();
+  TORCH_CHECK(sendBytes[r] == recvBytes[r], "oreg_ccl: alltoall: rank ", r, " sends itself ",
+              sendBytes[r], " bytes but expects ", recvBytes[r]);
+  std::memcpy(out + recvOffsets[r], in + sendOffsets[r], sendBytes[r]);
+  std::vector<RequestPtr> reqs;
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    reqs.push_back(c.send(p, in + sendOffsets[p], sendBytes[p]));
+    reqs.push_back(c.recvInto(p, out + recvOffsets[p], recvBytes[p]));
+  }
+  c.waitAll(reqs);
+}
+
+void gather(Collective& c, const void* in, void* out, size_t bytes, int root) {
+  if (c.rank() != root) return c.wait(c.send(root, in, bytes));
+  char* o = static_cast<char*>(out);
+  std::memcpy(o + root * bytes, in, bytes);
+  std::vector<RequestPtr> recvs;
+  for (int q = 0; q < c.size(); ++q)
+    if (q != root) recvs.push_back(c.recvInto(q, o + q * bytes, bytes));
+  c.waitAll(recvs);
+}
+
+void scatter(Collective& c, const void* in, void* out, size_t bytes, int root) {
+  if (c.rank() != root) return c.wait(c.recvInto(root, out, bytes));
+  const char* i = static_cast<const char*>(in);
+  std::memcpy(out, i + root * bytes, bytes);
+  std::vector<RequestPtr> sends;
+  for (int p = 0; p < c.size(); ++p)
+    if (p != root) sends.push_back(c.send(p, i + p * bytes, bytes));
+  c.waitAll(sends);
+}
+
+void barrier(Collective& c) {
+  std::vector<RequestPtr> reqs;
+  for (int p = 0; p < c.size(); ++p) {
+    if (p == c.rank()) continue;
+    reqs.push_back(c.send(p, nullptr, 0));
+    reqs.push_back(c.recvInto(p, nullptr, 0));
+  }
+  c.waitAll(reqs);
+}
+
+}  // namespace openreg::ccl

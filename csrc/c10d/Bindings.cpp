@@ -1,0 +1,39 @@
+// Python bindings of oreg_ccl (part of openreg._C): the backend class, with
+// c10d::Backend as its base and an intrusive_ptr holder so c10d can hold it,
+// and its Options (deep-copyable: split_group deep-copies `backend.options`).
+// openreg/_ccl.py registers the backend with torch.distributed.
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "OregBackend.h"
+
+namespace py = pybind11;
+
+namespace openreg::ccl {
+
+void initBindings(py::module_& m) {
+  // The base classes must be registered before ours refer to them.
+  py::module_::import("torch._C._distributed_c10d");
+  using Options = OregBackend::Options;
+  py::class_<Options, c10d::Backend::Options, c10::intrusive_ptr<Options>>(m, "_OregCCLOptions")
+      .def(py::init<std::chrono::milliseconds>(), py::arg("timeout") = ::kBackendDefaultTimeout)
+      .def("__copy__", [](const Options& o) { return c10::make_intrusive<Options>(o); })
+      .def("__deepcopy__",
+           [](const Options& o, py::dict) { return c10::make_intrusive<Options>(o); });
+
+  py::class_<OregBackend, c10d::Backend, c10::intrusive_ptr<OregBackend>>(m, "_OregCCLBackend")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout) {
+             return c10::make_intrusive<OregBackend>(store, rank, size,
+                                                     c10::make_intrusive<Options>(timeout));
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("options", &OregBackend::options)
+      // new_group() calls this on ranks left out of a group split from a
+      // device-bound default group (NCCL's ncclCommSplit needs every rank).
+      // oreg_ccl builds each group from its members only: nothing to do.
+      .def("perform_nocolor_split", [](OregBackend&, const py::object&) {});
+}
+
+}  // namespace openreg::ccl

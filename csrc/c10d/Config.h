@@ -1,0 +1,41 @@
+// Every environment knob of oreg_ccl, declared once (read at first use).
+//
+//   OREG_CCL_RING_BYTES      per-pair collective ring in shared memory   (default 1 MiB)
+//   OREG_CCL_P2P_RING_BYTES  per-pair send/recv ring                     (default 256 KiB)
+//   OREG_CCL_SPIN_US         busy-poll time before sleeping in a futex   (default 50 us, or
+//                            2 us when the group has more ranks than the machine has cores)
+//   OREG_CCL_ONESHOT_BYTES   allreduce at or below this size uses the one-shot algorithm,
+//                            above it reduce-scatter + all-gather        (default 64 KiB)
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+namespace openreg::ccl {
+
+inline size_t envBytes(const char* name, size_t fallback) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? static_cast<size_t>(std::stoull(v)) : fallback;
+}
+
+struct Config {
+  size_t collRingBytes = envBytes("OREG_CCL_RING_BYTES", 1 << 20);
+  size_t p2pRingBytes = envBytes("OREG_CCL_P2P_RING_BYTES", 256 << 10);
+  size_t oneShotBytes = envBytes("OREG_CCL_ONESHOT_BYTES", 64 << 10);
+  // -1: choose from the group size (spinning only pays when every rank has a core).
+  long spinUs = std::getenv("OREG_CCL_SPIN_US") ? std::atol(std::getenv("OREG_CCL_SPIN_US")) : -1;
+
+  long spinUsFor(int groupSize) const {
+    if (spinUs >= 0) return spinUs;
+    return groupSize <= static_cast<int>(std::thread::hardware_concurrency()) ? 50 : 2;
+  }
+};
+
+inline const Config& config() {
+  static const Config c;
+  return c;
+}
+
+}  // namespace openreg::ccl

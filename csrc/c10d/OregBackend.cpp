@@ -1,0 +1,349 @@
+// OregBackend: construction, the operation queue and its worker, coalescing,
+// point-to-point, split and shutdown. The collectives' bodies (argument
+// checks and staging) live in OregCollectives.cpp.
+#include "OregBackend.h"
+
+#include "Errors.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <algorithm>
+
+#include "../aten/Launch.h"
+#include "../runtime/OpenRegStream.h"
+#include "Staging.h"
+#include "shm/ShmTransport.h"
+
+namespace openreg::ccl {
+
+namespace {
+
+std::string restartKey() {
+  // torchrun restarts reuse the store: keep each attempt's keys apart.
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return std::string("oreg_ccl/") + (restart ? restart : "0") + "/";
+}
+
+// Run `fn` once `req` completes (it may already have, inside isend/irecv).
+void onDone(const RequestPtr& req, std::function<void()> fn) {
+  if (req->done.load(std::memory_order_acquire))
+    fn();
+  else
+    req->onComplete = std::move(fn);
+}
+
+std::exception_ptr asDistError(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::DistBackendError&) {
+    return e;
+  } catch (const std::exception& ex) {
+    return distError(ex.what());
+  }
+}
+
+std::string messageOf(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::Error& ex) {
+    return ex.what_without_backtrace();
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+}
+
+}  // namespace
+
+OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                         c10::intrusive_ptr<Options> options)
+    : Backend(rank, size), options_(std::move(options)) {
+  TORCH_CHECK_VALUE(size >= 1 && rank >= 0 && rank < size, "oreg_ccl: invalid rank ", rank,
+                    " for a group of ", size);
+  const std::string prefix = restartKey();
+  const auto timeout = options_->timeout;
+  ShmTransport::Rendezvous rdv{
+      [store, prefix](const std::string& k, const std::string& v) {
+        store->set(prefix + k, std::vector<uint8_t>(v.begin(), v.end()));
+      },
+      [store, prefix, timeout](const std::string& k) {
+        store->wait({prefix + k}, timeout);
+        auto v = store->get(prefix + k);
+        return std::string(v.begin(), v.end());
+      }};
+  transport_ = ShmTransport::connect(rank, size, rdv);
+  worker_ = std::thread([this] { workerLoop(); });
+}
+
+OregBackend::~OregBackend() { shutdown(); }
+
+std::chrono::milliseconds OregBackend::timeoutOf(std::chrono::milliseconds requested) const {
+  return requested == c10d::kUnsetTimeout ? options_->timeout : requested;
+}
+
+c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::string& name,
+                                                  const std::string& desc,
+                                                  const std::vector<at::Tensor>& inputs,
+                                                  const std::vector<at::Tensor>& outputs,
+                                                  std::chrono::milliseconds timeout, Body body,
+                                                  Post post, bool blockHost, int readyDevice) {
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (shutDown_)
+      OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
+                       " called after the process group was shut down or aborted");
+  }
+  // A broken group fails every later call at once, on the caller's thread.
+  std::string failure = transport_->failure();
+  if (!failure.empty())
+    OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
+                   " on a process group that already failed: ", failure);
+  int device = readyDevice;
+  for (const auto* list : {&inputs, &outputs})
+    for (const auto& t : *list)
+      if (isOpenReg(t)) device = t.device().index();
+
+  Op op;
+  op.work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost);
+  op.timeout = timeoutOf(timeout);
+  if (post) {
+    op.tag = 0;
+    op.what = name + " " + desc;
+  } else {
+    op.tag = seq_++;
+    op.what = name + "#" + std::to_string(op.tag) + " " + desc;
+  }
+  op.body = std::move(body);
+  op.post = std::move(post);
+  if (device >= 0) {
+    // Ready once the caller's stream reaches this point; the host goes on.
+    op.ready = std::make_shared<std::atomic<bool>>(false);
+    auto ready = op.ready;
+    auto transport = transport_;
+    launchKernel(getCurrentStream(static_cast<c10::DeviceIndex>(device)),
+                 [ready, transport] {
+                   ready->store(true, std::memory_order_release);
+                   transport->wakeup();
+                 },
+                 inputs, outputs);
+  }
+  auto work = op.work;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_all();
+  transport_->wakeup();
+  if (coalescing_) coalesced_.push_back(work);
+  return work;
+}
+
+void OregBackend::workerLoop() {
+  for (;;) {
+    Op op;
+    bool have = false, stop = false;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return !queue_.empty() || stopping_ || (!inflight_.empty() && !broken_); });
+      if (!queue_.empty()) {
+        op = std::move(queue_.front());
+        queue_.pop_front();
+        running_ = have = true;
+      } else {
+        stop = stopping_;
+      }
+    }
+    if (have) {
+      runOp(op);
+      {
+        std::lock_guard<std::mutex> g(mutex_);
+        running_ = false;
+      }
+      cv_.notify_all();
+      continue;
+    }
+    if (stop) break;
+    // Idle, with sends/receives in flight: drive them until something happens.
+    try {
+      auto until = Clock::now() + std::chrono::seconds(1);
+      for (auto& f : inflight_) until = std::min(until, f.deadline);
+      transport_->progress(until);
+      sweepInFlight();
+    } catch (...) {
+      failAll(asDistError(std::current_exception()));
+    }
+  }
+  failAll(distError("oreg_ccl: the process group was shut down before this operation completed"));
+}
+
+void OregBackend::runOp(Op& op) {
+  if (broken_) return op.work->complete(broken_);
+  Collective c{*transport_, op.tag, op.what, Clock::now() + op.timeout};
+  try {
+    while (op.ready && !op.ready->load(std::memory_order_acquire)) {
+      if (Clock::now() >= c.deadline)
+        OREG_CCL_THROW("oreg_ccl: rank ", getRank(), " timed out in ", op.what,
+                         ": the work queued before it on the openreg stream did not finish");
+      transport_->progress(c.deadline);
+      sweepInFlight();
+    }
+    if (op.post) {
+      RequestPtr req = op.post(c, op.work);
+      inflight_.push_back({req, op.work, c.deadline, op.what});
+    } else {
+      op.body(c);
+      op.work->complete(nullptr);
+    }
+    sweepInFlight();
+  } catch (...) {
+    auto e = asDistError(std::current_exception());
+    // The peers of a failed collective would wait for us: fail them too.
+    transport_->cancel(messageOf(e), /*propagate=*/true);
+    op.work->complete(e);
+    failAll(e);
+  }
+}
+
+void OregBackend::sweepInFlight() {
+  auto now = Clock::now();
+  for (auto& f : inflight_) {
+    if (!f.req->done.load(std::memory_order_acquire) && now >= f.deadline) {
+      std::string why = "oreg_ccl: rank " + std::to_string(getRank()) + " timed out in " + f.what +
+                        " (peer " + std::to_string(f.req->peer) + ")";
+      transport_->cancel(why, /*propagate=*/true);
+      OREG_CCL_THROW(why);
+    }
+  }
+  inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(),
+                                 [](const InFlight& f) { return f.req->done.load(); }),
+                  inflight_.end());
+}
+
+void OregBackend::failAll(std::exception_ptr error) {
+  if (!broken_) broken_ = error;
+  for (auto& f : inflight_) f.work->complete(error);
+  inflight_.clear();
+}
+
+// ---- point to point ----------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> OregBackend::send(std::vector<at::Tensor>& tensors, int dstRank,
+                                                 int tag) {
+  at::Tensor t = checkSingle(tensors, "send");
+  TORCH_CHECK_VALUE(dstRank >= 0 && dstRank < getSize() && dstRank != getRank(),
+                    "oreg_ccl: send to invalid rank ", dstRank, " (group size ", getSize(),
+                    ", own rank ", getRank(), ")");
+  Post post = [t, dstRank, tag](Collective& c, const c10::intrusive_ptr<OregWork>& work) {
+    auto s = std::make_shared<Staged>(stage(t, t.scalar_type(), /*load=*/true));
+    RequestPtr req = c.transport.isend(Channel::kP2P, dstRank, static_cast<uint64_t>(tag), c.what,
+                                       s->buf.data_ptr(), s->buf.nbytes());
+    onDone(req, [work, s] { work->complete(nullptr); });
+    return req;
+  };
+  return enqueue(c10d::OpType::SEND, "send", describe(t) + " to " + std::to_string(dstRank),
+                 {t}, {}, c10d::kUnsetTimeout, nullptr, post);
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                                 int tag) {
+  at::Tensor t = checkSingle(tensors, "recv");
+  TORCH_CHECK_VALUE(srcRank == kAnySource ||
+                        (srcRank >= 0 && srcRank < getSize() && srcRank != getRank()),
+                    "oreg_ccl: recv from invalid rank ", srcRank, " (group size ", getSize(),
+                    ", own rank ", getRank(), ")");
+  Post post = [t, srcRank, tag](Collective& c, const c10::intrusive_ptr<OregWork>& work) {
+    auto s = std::make_shared<Staged>(stage(t, t.scalar_type(), /*load=*/false));
+    char* base = static_cast<char*>(s->buf.data_ptr());
+    RequestPtr req = c.transport.irecv(
+        Channel::kP2P, srcRank, static_cast<uint64_t>(tag), c.what, s->buf.nbytes(),
+        [base](const void* piece, size_t off, size_t n) { std::memcpy(base + off, piece, n); });
+    Request* raw = req.get();
+    onDone(req, [work, s, raw] {
+      unstage(*s);
+      work->setSourceRank(raw->peer);
+      work->complete(nullptr);
+    });
+    return req;
+  };
+  return enqueue(srcRank == kAnySource ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, "recv",
+                 describe(t), {}, {t}, c10d::kUnsetTimeout, nullptr, post);
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                          int tag) {
+  return recv(tensors, kAnySource, tag);
+}
+
+// ---- coalescing, split, lifecycle ----------------------------------------------
+
+void OregBackend::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "oreg_ccl: startCoalescing called twice without endCoalescing");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::endCoalescing() {
+  TORCH_CHECK(coalescing_, "oreg_ccl: endCoalescing called without startCoalescing");
+  coalescing_ = false;
+  auto work = OregWork::combine(getRank(), coalesced_);
+  coalesced_.clear();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Backend> OregBackend::split(
+    const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+    const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  auto it = std::find(ranks.begin(), ranks.end(), getRank());
+  if (it == ranks.end()) return nullptr;  // this rank is in none of the new groups
+  auto o = c10::make_intrusive<Options>(opts ? opts->timeout : options_->timeout);
+  if (opts) {
+    o->group_name = opts->group_name;
+    o->group_desc = opts->group_desc;
+    o->global_ranks_in_group = opts->global_ranks_in_group;
+  }
+  // c10d hands every split the parent's store: give each new group its own
+  // key space. Every rank of the parent calls split() once per split_group,
+  // so (split count, member ranks) names the group identically on its members.
+  std::string name = std::to_string(splitCount_++) + "/";
+  for (int r : ranks) name += std::to_string(r) + ",";
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("oreg_ccl_split/" + name, store);
+  return c10::make_intrusive<OregBackend>(prefixed, static_cast<int>(it - ranks.begin()),
+                                          static_cast<int>(ranks.size()), o);
+}
+
+void OregBackend::shutdown() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (shutDown_) return;
+    shutDown_ = true;
+    // Let issued operations finish, but never wait unboundedly for peers.
+    auto grace = std::min<std::chrono::milliseconds>(options_->timeout, std::chrono::seconds(10));
+    cv_.wait_for(lock, grace, [&] { return queue_.empty() && !running_; });
+  }
+  transport_->cancel("oreg_ccl: rank " + std::to_string(getRank()) +
+                         ": the process group was shut down",
+                     /*propagate=*/false);
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  transport_->wakeup();
+  if (worker_.joinable()) worker_.join();
+  // Anything still queued never started.
+  auto error = distError("oreg_ccl: the process group was shut down before this operation started");
+  std::deque<Op> left;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    left.swap(queue_);
+  }
+  for (auto& op : left) op.work->complete(error);
+}
+
+void OregBackend::abort() {
+  // Tell the peers first, so their pending collectives fail now.
+  transport_->cancel("oreg_ccl: rank " + std::to_string(getRank()) + " aborted the process group",
+                     /*propagate=*/true);
+  shutdown();
+}
+
+}  // namespace openreg::ccl

@@ -1,0 +1,184 @@
+// OregBackend: oreg_ccl, the c10d::Backend of openreg (and of CPU tensors).
+//
+// Layering: this class is the c10d face. It validates arguments on the
+// caller's thread (bad input raises there, never on a peer), orders each
+// operation after the work already queued on the caller's openreg stream,
+// and hands it to a single worker thread that runs operations in issue order
+// with the algorithms of Algorithms.h over a Transport (shm/ today).
+//
+// Ordering with openreg streams (NCCL's model): enqueueing launches a tiny
+// kernel on the caller's current stream that marks the operation ready and
+// wakes the worker, so the worker starts exactly when preceding kernels have
+// finished, and the host never blocks. The worker reads and writes device
+// memory through the kernel mapping. Work::wait() then orders the caller's
+// stream after completion (see OregWork.h).
+//
+// Errors: the first failure (timeout, mismatch, dead peer) is published to
+// the whole group through the transport; that operation and every later one
+// raise DistBackendError on every rank. shutdown()/abort() are idempotent
+// and bounded in time.
+//
+// Threading: public methods are called by c10d with the GIL released; the
+// worker never touches Python. Collective methods must be called from one
+// thread at a time (as with every c10d backend).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <thread>
+
+#include "Algorithms.h"
+#include "OregWork.h"
+
+namespace openreg::ccl {
+
+class OregBackend final : public c10d::Backend {
+ public:
+  // Options of a group; deep-copied by split_group (see Bindings.cpp).
+  struct Options : c10d::Backend::Options {
+    explicit Options(std::chrono::milliseconds timeout = ::kBackendDefaultTimeout)
+        : c10d::Backend::Options("oreg_ccl", timeout) {}
+  };
+
+  // Connects to the other ranks (collective over `store`).
+  OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+              c10::intrusive_ptr<Options> options);
+  ~OregBackend() override;
+
+  const std::string getBackendName() const override { return "oreg_ccl"; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override { return options_; }
+  c10::intrusive_ptr<Options> options() const { return options_; }
+  void setTimeout(std::chrono::milliseconds timeout) override { options_->timeout = timeout; }
+
+  // Capabilities (isolated here: c10d is moving them to a capabilities() bitset).
+  bool supportsSplitting() const override { return true; }
+  bool supportsCoalescing() const override { return true; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+
+  // Operations issued between start and end complete as one Work; they are
+  // started as they are issued (sends never wait for their receives anyway).
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<c10d::Backend::Options>& opts)
+      override;
+
+  // Every rank starts at 0 and counts the same collectives.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
+  void shutdown() override;
+  void abort() override;
+
+ private:
+  // A collective body runs to completion on the worker.
+  using Body = std::function<void(Collective&)>;
+  // A p2p body posts its request and returns it; its completion finishes the work.
+  using Post = std::function<RequestPtr(Collective&, const c10::intrusive_ptr<OregWork>&)>;
+  struct Op {
+    c10::intrusive_ptr<OregWork> work;
+    std::shared_ptr<std::atomic<bool>> ready;  // null: ready now (host tensors)
+    std::chrono::milliseconds timeout;
+    uint64_t tag;
+    std::string what;
+    Body body;
+    Post post;
+  };
+  struct InFlight {
+    RequestPtr req;
+    c10::intrusive_ptr<OregWork> work;
+    Clock::time_point deadline;
+    std::string what;
+  };
+
+  c10::intrusive_ptr<OregWork> enqueue(c10d::OpType type, const std::string& name,
+                                       const std::string& desc,
+                                       const std::vector<at::Tensor>& inputs,
+                                       const std::vector<at::Tensor>& outputs,
+                                       std::chrono::milliseconds timeout, Body body,
+                                       Post post = nullptr, bool blockHost = false,
+                                       int readyDevice = -1);
+  std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
+  void workerLoop();
+  void runOp(Op& op);
+  void sweepInFlight();
+  void failAll(std::exception_ptr error);
+  c10::intrusive_ptr<c10d::Work> reduceScatterImpl(std::vector<at::Tensor> outputs,
+                                                   std::vector<at::Tensor> inputs,
+                                                   const c10d::ReduceScatterOptions& opts,
+                                                   const char* name);
+  c10::intrusive_ptr<c10d::Work> allgatherImpl(std::vector<at::Tensor> outputs,
+                                               std::vector<at::Tensor> inputs,
+                                               std::chrono::milliseconds timeout,
+                                               const char* name);
+
+  c10::intrusive_ptr<Options> options_;
+  std::shared_ptr<Transport> transport_;
+  uint64_t seq_ = 0;  // collectives issued (caller thread)
+  uint64_t splitCount_ = 0;
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<OregWork>> coalesced_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;   // GUARDED_BY(mutex_)
+  bool stopping_ = false;  // GUARDED_BY(mutex_)
+  bool running_ = false;   // GUARDED_BY(mutex_): the worker is executing an op
+  bool shutDown_ = false;  // GUARDED_BY(mutex_)
+  std::thread worker_;
+
+  // Worker-only state.
+  std::vector<InFlight> inflight_;
+  std::exception_ptr broken_;  // the group's first failure
+};
+
+}  // namespace openreg::ccl

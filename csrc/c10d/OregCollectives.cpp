@@ -1,0 +1,413 @@
+// The collectives of OregBackend: validate on the caller's thread, then
+// enqueue a body that stages tensors (Staging.h) and runs an algorithm.
+// Bodies capture tensors by value: the references keep the memory alive
+// until the worker is done with it.
+#include <ATen/ops/empty.h>
+#include "Errors.h"
+
+#include <numeric>
+
+#include "OregBackend.h"
+#include "Staging.h"
+
+namespace openreg::ccl {
+
+namespace {
+
+void checkRoot(int64_t root, int size, const char* op) {
+  TORCH_CHECK_VALUE(root >= 0 && root < size, "oreg_ccl: ", op, ": invalid root rank ", root,
+                    " for a group of ", size);
+}
+
+size_t bytesOf(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+// Reduce `t` in place across the group with `spec`.
+void allreduceTensor(Collective& c, const at::Tensor& t, const ReduceSpec& spec) {
+  Staged s = stage(t, stageDtype(t.scalar_type()), /*load=*/true);
+  preReduce(spec, s.buf);
+  allreduce(c, s.buf.data_ptr(), reduceCount(s.buf), reduceDtype(s.buf), spec.kind);
+  postReduce(spec, s.buf, c.size());
+  unstage(s);
+}
+
+// Copy `parts` (same size each) into one contiguous host buffer of `dtype`.
+at::Tensor packed(const std::vector<at::Tensor>& parts, c10::ScalarType dtype) {
+  int64_t each = parts.empty() ? 0 : parts[0].numel();
+  at::Tensor flat = at::empty({int64_t(parts.size()) * each}, at::TensorOptions().dtype(dtype));
+  for (size_t p = 0; p < parts.size(); ++p)
+    if (each) flat.narrow(0, p * each, each).view(parts[p].sizes()).copy_(hostView(parts[p]));
+  return flat;
+}
+
+void unpack(const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
+  int64_t each = parts.empty() ? 0 : parts[0].numel();
+  for (size_t p = 0; p < parts.size(); ++p)
+    if (each) hostView(parts[p]).copy_(flat.narrow(0, p * each, each).view(parts[p].sizes()));
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> OregBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                      const c10d::AllreduceOptions& opts) {
+  at::Tensor t = checkSingle(tensors, "allreduce");
+  ReduceSpec spec = reduceSpec(opts.reduceOp, t.scalar_type(), "allreduce");
+  std::vector<at::Tensor> inputs{t};
+  if (spec.factorTensor.defined()) inputs.push_back(spec.factorTensor);
+  return enqueue(c10d::OpType::ALLREDUCE, "allreduce", describe(t) + " " + spec.name, inputs, {t},
+                 opts.timeout, [t, spec](Collective& c) { allreduceTensor(c, t, spec); });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK_VALUE(!tensors.empty(), "oreg_ccl: allreduce_coalesced needs at least one tensor");
+  checkSameDevice(tensors[0], tensors, "allreduce_coalesced");
+  std::vector<ReduceSpec> specs;
+  std::string desc;
+  for (const auto& t : tensors) {
+    specs.push_back(reduceSpec(opts.reduceOp, t.scalar_type(), "allreduce_coalesced"));
+    desc += describe(t);
+  }
+  return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced",
+                 desc + " " + specs[0].name, tensors, tensors, opts.timeout,
+                 [tensors, specs](Collective& c) {
+                   for (size_t i = 0; i < tensors.size(); ++i) allreduceTensor(c, tensors[i], specs[i]);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                      const c10d::BroadcastOptions& opts) {
+  at::Tensor t = checkSingle(tensors, "broadcast");
+  TORCH_CHECK_VALUE(opts.rootTensor == 0, "oreg_ccl: broadcast: rootTensor must be 0");
+  checkRoot(opts.rootRank, getSize(), "broadcast");
+  int root = static_cast<int>(opts.rootRank);
+  return enqueue(c10d::OpType::BROADCAST, "broadcast",
+                 describe(t) + " root " + std::to_string(root), {t}, {t}, opts.timeout,
+                 [t, root](Collective& c) {
+                   bool isRoot = c.rank() == root;
+                   Staged s = stage(t, t.scalar_type(), /*load=*/isRoot);
+                   ccl::broadcast(c, s.buf.data_ptr(), bytesOf(s.buf), root);
+                   if (!isRoot) unstage(s);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::reduce(std::vector<at::Tensor>& tensors,
+                                                   const c10d::ReduceOptions& opts) {
+  at::Tensor t = checkSingle(tensors, "reduce");
+  TORCH_CHECK_VALUE(opts.rootTensor == 0, "oreg_ccl: reduce: rootTensor must be 0");
+  checkRoot(opts.rootRank, getSize(), "reduce");
+  ReduceSpec spec = reduceSpec(opts.reduceOp, t.scalar_type(), "reduce");
+  int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> inputs{t};
+  if (spec.factorTensor.defined()) inputs.push_back(spec.factorTensor);
+  return enqueue(c10d::OpType::REDUCE, "reduce",
+                 describe(t) + " " + spec.name + " root " + std::to_string(root), inputs, {t},
+                 opts.timeout, [t, spec, root](Collective& c) {
+                   bool isRoot = c.rank() == root;
+                   // Only the root's tensor changes: others scale a private copy.
+                   Staged s = stage(t, stageDtype(t.scalar_type()), /*load=*/true,
+                                    /*forceCopy=*/spec.premul && !isRoot);
+                   preReduce(spec, s.buf);
+                   ccl::reduce(c, s.buf.data_ptr(), reduceCount(s.buf), reduceDtype(s.buf), spec.kind,
+                          root);
+                   if (isRoot) {
+                     postReduce(spec, s.buf, c.size());
+                     unstage(s);
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::allgatherImpl(std::vector<at::Tensor> outputs,
+                                                          std::vector<at::Tensor> inputs,
+                                                          std::chrono::milliseconds timeout,
+                                                          const char* name) {
+  // outputs[i] receives size * inputs[i] (flat, in rank order).
+  std::string desc;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(inputs[i], name);
+    checkSameDevice(inputs[i], {outputs[i]}, name);
+    TORCH_CHECK_VALUE(outputs[i].scalar_type() == inputs[i].scalar_type(), "oreg_ccl: ", name,
+                      ": output dtype ", outputs[i].scalar_type(), " differs from input dtype ",
+                      inputs[i].scalar_type());
+    TORCH_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * getSize(), "oreg_ccl: ", name,
+                      ": output has ", outputs[i].numel(), " elements, expected ", getSize(),
+                      " x ", inputs[i].numel());
+    desc += describe(inputs[i]);
+  }
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, name, desc, inputs, outputs, timeout,
+                 [outputs, inputs](Collective& c) {
+                   for (size_t i = 0; i < inputs.size(); ++i) {
+                     Staged in = stage(inputs[i], inputs[i].scalar_type(), true);
+                     Staged out = stage(outputs[i], outputs[i].scalar_type(), false);
+                     ccl::allgather(c, in.buf.data_ptr(), out.buf.data_ptr(), bytesOf(in.buf));
+                     unstage(out);
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                            const c10d::AllgatherOptions& opts) {
+  return allgatherImpl({output}, {input}, opts.timeout, "_allgather_base");
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(),
+                    "oreg_ccl: allgather_into_tensor_coalesced needs matching, non-empty lists");
+  return allgatherImpl(outputs, inputs, opts.timeout, "allgather_into_tensor_coalesced");
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                      std::vector<at::Tensor>& inputs,
+                                                      const c10d::AllgatherOptions& opts) {
+  at::Tensor in = checkSingle(inputs, "allgather");
+  TORCH_CHECK_VALUE(outputs.size() == 1 && outputs[0].size() == size_t(getSize()),
+                    "oreg_ccl: allgather expects one list of ", getSize(), " output tensors");
+  std::vector<at::Tensor> outs = outputs[0];
+  checkSameTypeAndSize(in, outs, "allgather");
+  auto work = enqueue(c10d::OpType::ALLGATHER, "allgather", describe(in), {in}, outs, opts.timeout,
+                      [in, outs](Collective& c) {
+                        Staged s = stage(in, in.scalar_type(), true);
+                        at::Tensor flat = at::empty({in.numel() * c.size()},
+                                                    at::TensorOptions().dtype(in.scalar_type()));
+                        ccl::allgather(c, s.buf.data_ptr(), flat.data_ptr(), bytesOf(s.buf));
+                        unpack(flat, outs);
+                      });
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                   std::vector<at::Tensor>& inputs,
+                                                   const c10d::GatherOptions& opts) {
+  at::Tensor in = checkSingle(inputs, "gather");
+  checkRoot(opts.rootRank, getSize(), "gather");
+  int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> outs;
+  if (getRank() == root) {
+    TORCH_CHECK_VALUE(outputs.size() == 1 && outputs[0].size() == size_t(getSize()),
+                      "oreg_ccl: gather expects one list of ", getSize(),
+                      " output tensors on the root");
+    outs = outputs[0];
+    checkSameTypeAndSize(in, outs, "gather");
+  } else {
+    TORCH_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                      "oreg_ccl: gather: only the root passes output tensors");
+  }
+  return enqueue(c10d::OpType::GATHER, "gather", describe(in) + " root " + std::to_string(root),
+                 {in}, outs, opts.timeout, [in, outs, root](Collective& c) {
+                   Staged s = stage(in, in.scalar_type(), true);
+                   at::Tensor flat;
+                   if (c.rank() == root)
+                     flat = at::empty({in.numel() * c.size()},
+                                      at::TensorOptions().dtype(in.scalar_type()));
+                   ccl::gather(c, s.buf.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr,
+                          bytesOf(s.buf), root);
+                   if (c.rank() == root) unpack(flat, outs);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::scatter(std::vector<at::Tensor>& outputs,
+                                                    std::vector<std::vector<at::Tensor>>& inputs,
+                                                    const c10d::ScatterOptions& opts) {
+  at::Tensor out = checkSingle(outputs, "scatter");
+  checkRoot(opts.rootRank, getSize(), "scatter");
+  int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> ins;
+  if (getRank() == root) {
+    TORCH_CHECK_VALUE(inputs.size() == 1 && inputs[0].size() == size_t(getSize()),
+                      "oreg_ccl: scatter expects one list of ", getSize(),
+                      " input tensors on the root");
+    ins = inputs[0];
+    checkSameTypeAndSize(out, ins, "scatter");
+  } else {
+    TORCH_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                      "oreg_ccl: scatter: only the root passes input tensors");
+  }
+  return enqueue(c10d::OpType::SCATTER, "scatter", describe(out) + " root " + std::to_string(root),
+                 ins, {out}, opts.timeout, [out, ins, root](Collective& c) {
+                   at::Tensor flat;
+                   if (c.rank() == root) flat = packed(ins, out.scalar_type());
+                   Staged s = stage(out, out.scalar_type(), false);
+                   ccl::scatter(c, flat.defined() ? flat.data_ptr() : nullptr, s.buf.data_ptr(),
+                           bytesOf(s.buf), root);
+                   unstage(s);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterImpl(std::vector<at::Tensor> outputs,
+                                                              std::vector<at::Tensor> inputs,
+                                                              const c10d::ReduceScatterOptions& opts,
+                                                              const char* name) {
+  // inputs[i] (flat, size x outputs[i]) is reduced; rank r keeps part r.
+  std::vector<ReduceSpec> specs;
+  std::vector<at::Tensor> reads = inputs;
+  std::string desc;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(outputs[i], name);
+    checkSameDevice(outputs[i], {inputs[i]}, name);
+    TORCH_CHECK_VALUE(outputs[i].scalar_type() == inputs[i].scalar_type(), "oreg_ccl: ", name,
+                      ": output dtype ", outputs[i].scalar_type(), " differs from input dtype ",
+                      inputs[i].scalar_type());
+    TORCH_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * getSize(), "oreg_ccl: ", name,
+                      ": input has ", inputs[i].numel(), " elements, expected ", getSize(), " x ",
+                      outputs[i].numel());
+    specs.push_back(reduceSpec(opts.reduceOp, inputs[i].scalar_type(), name));
+    if (specs.back().factorTensor.defined()) reads.push_back(specs.back().factorTensor);
+    desc += describe(outputs[i]);
+  }
+  return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, desc + " " + specs[0].name, reads,
+                 outputs, opts.timeout, [outputs, inputs, specs](Collective& c) {
+                   for (size_t i = 0; i < inputs.size(); ++i) {
+                     c10::ScalarType dt = stageDtype(inputs[i].scalar_type());
+                     // The input is the caller's: scale a private copy.
+                     Staged in = stage(inputs[i], dt, true, /*forceCopy=*/specs[i].premul);
+                     Staged out = stage(outputs[i], dt, false);
+                     preReduce(specs[i], in.buf);
+                     ccl::reduceScatter(c, in.buf.data_ptr(), out.buf.data_ptr(), reduceCount(out.buf),
+                                   reduceDtype(out.buf), specs[i].kind);
+                     postReduce(specs[i], out.buf, c.size());
+                     unstage(out);
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  return reduceScatterImpl({output}, {input}, opts, "_reduce_scatter_base");
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(),
+                    "oreg_ccl: reduce_scatter_tensor_coalesced needs matching, non-empty lists");
+  return reduceScatterImpl(outputs, inputs, opts, "reduce_scatter_tensor_coalesced");
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  at::Tensor out = checkSingle(outputs, "reduce_scatter");
+  TORCH_CHECK_VALUE(inputs.size() == 1 && inputs[0].size() == size_t(getSize()),
+                    "oreg_ccl: reduce_scatter expects one list of ", getSize(), " input tensors");
+  std::vector<at::Tensor> ins = inputs[0];
+  checkSameTypeAndSize(out, ins, "reduce_scatter");
+  ReduceSpec spec = reduceSpec(opts.reduceOp, out.scalar_type(), "reduce_scatter");
+  std::vector<at::Tensor> reads = ins;
+  if (spec.factorTensor.defined()) reads.push_back(spec.factorTensor);
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", describe(out) + " " + spec.name,
+                 reads, {out}, opts.timeout, [out, ins, spec](Collective& c) {
+                   c10::ScalarType dt = stageDtype(out.scalar_type());
+                   at::Tensor flat = packed(ins, dt);
+                   Staged o = stage(out, dt, false);
+                   preReduce(spec, flat);
+                   ccl::reduceScatter(c, flat.data_ptr(), o.buf.data_ptr(), reduceCount(o.buf),
+                                 reduceDtype(o.buf), spec.kind);
+                   postReduce(spec, o.buf, c.size());
+                   unstage(o);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                          std::vector<int64_t>& outputSplits,
+                                                          std::vector<int64_t>& inputSplits,
+                                                          const c10d::AllToAllOptions& opts) {
+  checkTensor(input, "alltoall_base");
+  checkSameDevice(input, {output}, "alltoall_base");
+  TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(),
+                    "oreg_ccl: alltoall_base: input and output dtypes differ");
+  const int n = getSize();
+  // Splits count rows (dim 0); empty means equal splits.
+  auto rowsOf = [&](const at::Tensor& t, std::vector<int64_t> splits, const char* which) {
+    int64_t rows = t.dim() ? t.size(0) : 1;
+    if (splits.empty()) {
+      TORCH_CHECK_VALUE(rows % n == 0, "oreg_ccl: alltoall_base: ", which, " dim 0 (", rows,
+                        ") is not divisible by the group size ", n);
+      splits.assign(n, rows / n);
+    }
+    TORCH_CHECK_VALUE(splits.size() == size_t(n), "oreg_ccl: alltoall_base: ", which,
+                      " split sizes need ", n, " entries, got ", splits.size());
+    for (auto s : splits) TORCH_CHECK_VALUE(s >= 0, "oreg_ccl: alltoall_base: negative split");
+    TORCH_CHECK_VALUE(std::accumulate(splits.begin(), splits.end(), int64_t(0)) == rows,
+                      "oreg_ccl: alltoall_base: ", which, " split sizes sum to ",
+                      std::accumulate(splits.begin(), splits.end(), int64_t(0)), " but dim 0 is ",
+                      rows);
+    size_t rowBytes = rows ? bytesOf(t) / rows : 0;
+    std::vector<size_t> offsets(n), bytes(n);
+    size_t off = 0;
+    for (int p = 0; p < n; ++p) {
+      offsets[p] = off;
+      bytes[p] = splits[p] * rowBytes;
+      off += bytes[p];
+    }
+    return std::make_pair(offsets, bytes);
+  };
+  auto [sendOff, sendBytes] = rowsOf(input, inputSplits, "input");
+  auto [recvOff, recvBytes] = rowsOf(output, outputSplits, "output");
+  // Sizes legitimately differ per rank, so only the dtype is compared on the wire.
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", c10::str(input.scalar_type()),
+                 {input}, {output}, opts.timeout,
+                 [input, output, sendOff, sendBytes, recvOff, recvBytes](Collective& c) {
+                   Staged in = stage(input, input.scalar_type(), true);
+                   Staged out = stage(output, output.scalar_type(), false);
+                   ccl::alltoall(c, static_cast<const char*>(in.buf.data_ptr()), sendOff, sendBytes,
+                            static_cast<char*>(out.buf.data_ptr()), recvOff, recvBytes);
+                   unstage(out);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllToAllOptions& opts) {
+  const int n = getSize();
+  TORCH_CHECK_VALUE(inputs.size() == size_t(n) && outputs.size() == size_t(n),
+                    "oreg_ccl: alltoall expects ", n, " input and ", n, " output tensors");
+  checkSameDevice(inputs[0], inputs, "alltoall");
+  checkSameDevice(inputs[0], outputs, "alltoall");
+  for (const auto* list : {&inputs, &outputs})
+    for (const auto& t : *list)
+      TORCH_CHECK_VALUE(t.scalar_type() == inputs[0].scalar_type(),
+                        "oreg_ccl: alltoall: all tensors must have one dtype");
+  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  return enqueue(c10d::OpType::ALLTOALL, "alltoall", c10::str(inputs[0].scalar_type()), ins, outs,
+                 opts.timeout, [ins, outs](Collective& c) {
+                   const int n = c.size();
+                   std::vector<size_t> sendOff(n), sendBytes(n), recvOff(n), recvBytes(n);
+                   size_t s = 0, r = 0;
+                   for (int p = 0; p < n; ++p) {
+                     sendOff[p] = s;
+                     sendBytes[p] = bytesOf(ins[p]);
+                     s += sendBytes[p];
+                     recvOff[p] = r;
+                     recvBytes[p] = bytesOf(outs[p]);
+                     r += recvBytes[p];
+                   }
+                   auto dt = ins[0].scalar_type();
+                   at::Tensor in = at::empty({int64_t(s / c10::elementSize(dt))}, at::TensorOptions().dtype(dt));
+                   at::Tensor out = at::empty({int64_t(r / c10::elementSize(dt))}, at::TensorOptions().dtype(dt));
+                   char* ip = static_cast<char*>(in.data_ptr());
+                   for (int p = 0; p < n; ++p)
+                     if (ins[p].numel())
+                       in.narrow(0, sendOff[p] / ins[p].element_size(), ins[p].numel())
+                           .view(ins[p].sizes())
+                           .copy_(hostView(ins[p]));
+                   ccl::alltoall(c, ip, sendOff, sendBytes, static_cast<char*>(out.data_ptr()), recvOff,
+                            recvBytes);
+                   for (int p = 0; p < n; ++p)
+                     if (outs[p].numel())
+                       hostView(outs[p]).copy_(
+                           out.narrow(0, recvOff[p] / outs[p].element_size(), outs[p].numel())
+                               .view(outs[p].sizes()));
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::barrier(const c10d::BarrierOptions& opts) {
+  int device = -1;
+  if (!opts.device_ids.empty()) device = static_cast<int>(opts.device_ids[0]);
+  // Blocks the host in wait(), and (with device ids) first waits for the
+  // work queued on that device's current stream, like NCCL's barrier.
+  return enqueue(c10d::OpType::BARRIER, "barrier", "", {}, {}, opts.timeout,
+                 [](Collective& c) { ccl::barrier(c); }, nullptr, /*blockHost=*/true, device);
+}
+
+}  // namespace openreg::ccl

@@ -1,0 +1,148 @@
+#include "OregWork.h"
+
+#include "Errors.h"
+
+#include "../aten/Launch.h"
+#include "../runtime/OpenRegStream.h"
+
+namespace openreg::ccl {
+
+OregWork::OregWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int device,
+                   bool blockHost)
+    : Work(rank, type),
+      outputs_(std::move(outputs)),
+      device_(device),
+      blockHost_(blockHost || device < 0),
+      // No devices: completing the future records no events. The data is
+      // final when the worker completes it, and openreg consumers are ordered
+      // by wait(), as with NCCL.
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()))) {}
+
+int OregWork::sourceRank() const {
+  int r = sourceRank_.load();
+  TORCH_CHECK(r >= 0, "sourceRank() is only available for a completed recv from any source");
+  return r;
+}
+
+std::vector<at::Tensor> OregWork::result() { return outputs_; }
+
+c10::intrusive_ptr<c10::ivalue::Future> OregWork::getFuture() { return future_; }
+
+void OregWork::complete(std::exception_ptr error) {
+  std::vector<std::function<void(std::exception_ptr)>> callbacks;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (completed_) return;
+    completed_ = true;
+    exception_ = error;
+    callbacks.swap(callbacks_);
+  }
+  cv_.notify_all();
+  for (auto& cb : callbacks) cb(error);
+  // Future callbacks (DDP's hooks) run here, on the worker thread.
+  if (error)
+    future_->setError(error);
+  else
+    future_->markCompleted(c10::IValue(outputs_));
+}
+
+void OregWork::whenDone(std::function<void(std::exception_ptr)> fn) {
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (!completed_) {
+      callbacks_.push_back(std::move(fn));
+      return;
+    }
+    error = exception_;
+  }
+  fn(error);
+}
+
+void OregWork::waitDone() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return completed_; });
+}
+
+bool OregWork::waitHost(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == ::kNoTimeout) {
+    cv_.wait(lock, [&] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    OREG_CCL_THROW("oreg_ccl: rank ", rank_, ": ", c10d::opTypeToString(opType_),
+                     " did not complete within the ", timeout.count(), " ms given to wait()");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+void OregWork::blockStream() {
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (completed_) {
+      if (exception_) std::rethrow_exception(exception_);
+      return;  // nothing to wait for: the data is already in place
+    }
+  }
+  // The stream waits for the operation; a failure surfaces as the stream's
+  // asynchronous error (like a failed NCCL kernel), and wait() on a work that
+  // already failed raises directly.
+  auto self = c10::intrusive_ptr<OregWork>::reclaim_copy(this);
+  launchKernel(getCurrentStream(static_cast<c10::DeviceIndex>(device_)), [self] {
+    self->waitDone();
+    if (auto e = self->exception()) std::rethrow_exception(e);
+  });
+}
+
+void OregWork::synchronize() {
+  if (blockHost_)
+    waitHost(::kNoTimeout);
+  else
+    blockStream();
+}
+
+bool OregWork::wait(std::chrono::milliseconds timeout) {
+  if (blockHost_) return waitHost(timeout);
+  blockStream();
+  return true;
+}
+
+c10::intrusive_ptr<OregWork> OregWork::combine(
+    int rank, const std::vector<c10::intrusive_ptr<OregWork>>& parts) {
+  std::vector<at::Tensor> outputs;
+  int device = -1;
+  for (auto& p : parts) {
+    for (auto& t : p->outputs_) outputs.push_back(t);
+    device = std::max(device, p->device_);
+  }
+  auto all = c10::make_intrusive<OregWork>(rank, c10d::OpType::COALESCED, std::move(outputs),
+                                           device, false);
+  if (parts.empty()) {
+    all->complete(nullptr);
+    return all;
+  }
+  struct Count {
+    std::mutex m;
+    size_t left;
+    std::exception_ptr first;
+  };
+  auto count = std::make_shared<Count>();
+  count->left = parts.size();
+  for (auto& p : parts) {
+    p->whenDone([all, count](std::exception_ptr e) {
+      std::exception_ptr done;
+      bool last;
+      {
+        std::lock_guard<std::mutex> g(count->m);
+        if (e && !count->first) count->first = e;
+        last = --count->left == 0;
+        done = count->first;
+      }
+      if (last) all->complete(done);
+    });
+  }
+  return all;
+}
+
+}  // namespace openreg::ccl

@@ -1,0 +1,132 @@
+#include "Staging.h"
+
+#include <ATen/ops/empty.h>
+
+#include "../aten/Launch.h"
+
+namespace openreg::ccl {
+
+void checkTensor(const at::Tensor& t, const char* op) {
+  TORCH_CHECK_VALUE(t.defined(), "oreg_ccl: ", op, ": undefined tensor");
+  TORCH_CHECK_VALUE(t.layout() == c10::kStrided, "oreg_ccl: ", op,
+                    " supports dense (strided) tensors only, got ", t.layout());
+  TORCH_CHECK_VALUE(t.device().is_cpu() || isOpenReg(t), "oreg_ccl: ", op,
+                    " supports cpu and openreg tensors, got a tensor on ", t.device());
+}
+
+at::Tensor checkSingle(const std::vector<at::Tensor>& tensors, const char* op) {
+  TORCH_CHECK_VALUE(tensors.size() == 1, "oreg_ccl: ", op,
+                    " expects exactly one tensor per process, got ", tensors.size());
+  checkTensor(tensors[0], op);
+  return tensors[0];
+}
+
+void checkSameDevice(const at::Tensor& ref, const std::vector<at::Tensor>& ts, const char* op) {
+  for (const auto& t : ts) {
+    checkTensor(t, op);
+    TORCH_CHECK_VALUE(t.device() == ref.device(), "oreg_ccl: ", op,
+                      ": all tensors must be on one device, got ", ref.device(), " and ",
+                      t.device());
+  }
+}
+
+void checkSameTypeAndSize(const at::Tensor& ref, const std::vector<at::Tensor>& ts,
+                          const char* op) {
+  checkSameDevice(ref, ts, op);
+  for (const auto& t : ts) {
+    TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type(), "oreg_ccl: ", op,
+                      ": dtype mismatch, expected ", ref.scalar_type(), " got ", t.scalar_type());
+    TORCH_CHECK_VALUE(t.numel() == ref.numel(), "oreg_ccl: ", op, ": size mismatch, expected ",
+                      ref.numel(), " elements got ", t.numel());
+  }
+}
+
+std::string describe(const at::Tensor& t) {
+  return c10::str(t.scalar_type(), t.sizes());
+}
+
+c10::ScalarType stageDtype(c10::ScalarType dtype) {
+  return (dtype == c10::kHalf || dtype == c10::kBFloat16) ? c10::kFloat : dtype;
+}
+
+ReduceSpec reduceSpec(const c10d::ReduceOp& op, c10::ScalarType dtype, const char* what) {
+  ReduceSpec s;
+  const bool floating = c10::isFloatingType(dtype) || c10::isComplexType(dtype);
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: s.kind = ReduceKind::kSum; s.name = "SUM"; break;
+    case c10d::ReduceOp::AVG:
+      s.kind = ReduceKind::kSum;
+      s.average = true;
+      s.name = "AVG";
+      TORCH_CHECK_VALUE(dtype != c10::kBool, "oreg_ccl: ", what, ": AVG is not defined for bool");
+      break;
+    case c10d::ReduceOp::PRODUCT: s.kind = ReduceKind::kProduct; s.name = "PRODUCT"; break;
+    case c10d::ReduceOp::MIN: s.kind = ReduceKind::kMin; s.name = "MIN"; break;
+    case c10d::ReduceOp::MAX: s.kind = ReduceKind::kMax; s.name = "MAX"; break;
+    case c10d::ReduceOp::BAND: s.kind = ReduceKind::kBand; s.name = "BAND"; break;
+    case c10d::ReduceOp::BOR: s.kind = ReduceKind::kBor; s.name = "BOR"; break;
+    case c10d::ReduceOp::BXOR: s.kind = ReduceKind::kBxor; s.name = "BXOR"; break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      s.kind = ReduceKind::kSum;
+      s.premul = true;
+      s.name = "PREMUL_SUM";
+      TORCH_CHECK_VALUE(floating, "oreg_ccl: ", what, ": PREMUL_SUM needs a floating dtype, got ",
+                        dtype);
+      auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      TORCH_CHECK_VALUE(sup, "oreg_ccl: ", what, ": PREMUL_SUM without a factor");
+      if (sup->tensor_factor.defined()) {
+        checkTensor(sup->tensor_factor, what);
+        TORCH_CHECK_VALUE(sup->tensor_factor.numel() == 1, "oreg_ccl: ", what,
+                          ": the PREMUL_SUM factor must have one element");
+        s.factorTensor = sup->tensor_factor;
+      } else {
+        s.factor = sup->double_factor;
+      }
+      break;
+    }
+    default: TORCH_CHECK_VALUE(false, "oreg_ccl: ", what, ": unsupported reduce op ", int(op.op_));
+  }
+  if (c10::isComplexType(dtype))
+    TORCH_CHECK_VALUE(s.kind == ReduceKind::kSum, "oreg_ccl: ", what, ": ", s.name,
+                      " is not defined for complex tensors");
+  c10::ScalarType real = c10::toRealValueType(stageDtype(dtype));
+  TORCH_CHECK_VALUE(reduceSupported(real, s.kind), "oreg_ccl: ", what, ": ", s.name,
+                    " is not supported for ", dtype);
+  return s;
+}
+
+at::Tensor hostView(const at::Tensor& t) { return isOpenReg(t) ? kernelView(t) : t; }
+
+Staged stage(const at::Tensor& t, c10::ScalarType dtype, bool load, bool forceCopy) {
+  at::Tensor v = hostView(t);
+  if (!forceCopy && v.scalar_type() == dtype && v.is_contiguous()) return {v, v, false};
+  at::Tensor b = at::empty(v.sizes(), v.options().dtype(dtype));
+  if (load && v.numel()) b.copy_(v);
+  return {v, b, true};
+}
+
+void unstage(Staged& s) {
+  if (s.copied && s.view.numel()) s.view.copy_(s.buf);
+}
+
+size_t reduceCount(const at::Tensor& buf) {
+  return static_cast<size_t>(buf.numel()) * (buf.is_complex() ? 2 : 1);
+}
+
+c10::ScalarType reduceDtype(const at::Tensor& buf) { return c10::toRealValueType(buf.scalar_type()); }
+
+void preReduce(const ReduceSpec& spec, at::Tensor& buf) {
+  if (!spec.premul) return;
+  double f = spec.factorTensor.defined() ? hostView(spec.factorTensor).item().toDouble() : spec.factor;
+  buf.mul_(f);
+}
+
+void postReduce(const ReduceSpec& spec, at::Tensor& buf, int groupSize) {
+  if (!spec.average) return;
+  if (c10::isIntegralType(buf.scalar_type(), /*includeBool=*/false))
+    buf.div_(groupSize, "trunc");
+  else
+    buf.div_(groupSize);
+}
+
+}  // namespace openreg::ccl

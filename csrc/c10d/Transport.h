@@ -1,0 +1,104 @@
+// Transport: moves bytes between the ranks of one process group.
+//
+// The contract every transport (shared memory today, ZeroMQ next) implements,
+// and the only thing the algorithms in Algorithms.h see. Modelled on gloo's
+// Pair/Buffer split: posting is non-blocking, completion is driven by
+// progress(), and a failed transport rethrows its first error forever.
+//
+// Two channels per ordered pair of ranks:
+//  - kCollective: messages are consumed strictly in order. Every rank runs
+//    collectives in the same order, so the head message from a peer must be
+//    the one the local rank expects; if its tag/description differ, the ranks
+//    called different collectives and the transport raises a mismatch error.
+//  - kP2P: user send/recv, matched by (source, tag) in posting order like MPI;
+//    a message nobody asked for yet is buffered only when it blocks a posted
+//    receive, so a send never waits for its receive to be posted.
+//
+// Threading: isend/irecv/progress are called by one thread (the backend's
+// worker). wakeup() and cancel() may be called from any thread.
+// Ownership: the caller keeps send buffers alive until the request completes.
+// Errors: c10::DistBackendError, naming the local rank, the peer and the op.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace openreg::ccl {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kAnySource = -1;
+
+// Offsets handed to a Sink are multiples of this, so pieces never split an
+// element of any dtype (all element sizes divide 64).
+constexpr size_t kPieceAlign = 64;
+
+enum class Channel : uint8_t { kCollective = 0, kP2P = 1 };
+
+// Receives consecutive pieces of an incoming message: `data` is valid only
+// during the call (it may point straight into shared memory, which lets
+// reductions read a peer's bytes without an intermediate copy).
+using Sink = std::function<void(const void* data, size_t offset, size_t bytes)>;
+
+// A posted send or receive. Completed (done == true) by progress().
+struct Request {
+  std::atomic<bool> done{false};
+  int peer = -1;             // destination of a send, source of a receive
+                             // (the matched rank once a kAnySource receive completes)
+  std::exception_ptr error;  // set before done if the request failed
+  // Runs once, on the progress thread, right after completion succeeds.
+  std::function<void()> onComplete;
+};
+using RequestPtr = std::shared_ptr<Request>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Queue `bytes` of `data` for `dst`; returns at once. `what` describes the
+  // operation (e.g. "allreduce#3 float32[1024] SUM") and travels with the
+  // message so a receiver can name both sides of a mismatch.
+  virtual RequestPtr isend(Channel channel, int dst, uint64_t tag, const std::string& what,
+                           const void* data, size_t bytes) = 0;
+
+  // Expect exactly `bytes` from `src` (or kAnySource on kP2P) with `tag`;
+  // the payload is delivered to `sink` piece by piece.
+  virtual RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what,
+                           size_t bytes, Sink sink) = 0;
+
+  // Advance every posted request. Returns once something progressed, wakeup()
+  // was called or `until` passed; in between it blocks in the kernel (after a
+  // short spin) instead of burning a core. Throws the transport's error.
+  virtual void progress(Clock::time_point until) = 0;
+
+  // Make a blocked progress() return (any thread).
+  virtual void wakeup() = 0;
+
+  // Fail the transport with `why`: pending and later calls throw. With
+  // `propagate` the failure is published to every rank of the group, whose
+  // transports fail too instead of waiting for their timeout.
+  virtual void cancel(const std::string& why, bool propagate) = 0;
+
+  // The first error of this transport (including one published by another
+  // rank, once noticed), or "" while healthy. Any thread.
+  virtual std::string failure() const = 0;
+
+  // True if there are posted requests not yet complete.
+  virtual bool busy() const = 0;
+};
+
+// Wait for `req`, driving progress, until `deadline`; throws on error or
+// timeout (`what` names the operation in the timeout message).
+void waitFor(Transport& transport, const RequestPtr& req, Clock::time_point deadline,
+             const std::string& what);
+
+}  // namespace openreg::ccl

@@ -1,0 +1,531 @@
+#include "ShmTransport.h"
+
+#include <c10/util/Exception.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <sstream>
+
+#include "../Config.h"
+
+namespace openreg::ccl {
+
+constexpr size_t kHeaderArea = 4096;
+constexpr size_t kMessageHeader = 128;
+constexpr uint32_t kMagic = 0x0CC1u;
+constexpr size_t kFailureChars = 1024;
+
+struct ShmSegmentHeader {
+  std::atomic<uint32_t> doorbell;  // futex word: bumped on every event for this rank
+  std::atomic<uint32_t> sleepers;  // ranks/threads blocked on doorbell
+  int32_t pid;
+  // Group failure slot, used in rank 0's segment: 0 none, 1 being written, 2 set.
+  std::atomic<uint32_t> failState;
+  int32_t failRank;
+  char failure[kFailureChars];
+};
+static_assert(sizeof(ShmSegmentHeader) <= kHeaderArea);
+
+struct ShmRing {
+  alignas(64) std::atomic<uint64_t> head;  // bytes consumed (reader)
+  alignas(64) std::atomic<uint64_t> tail;  // bytes published (writer)
+  char data[] __attribute__((aligned(64)));
+};
+static_assert(sizeof(ShmRing) == 128);
+
+struct ShmMessageHeader {
+  uint64_t tag;
+  uint64_t bytes;
+  uint32_t src;
+  uint32_t magic;
+  char what[kMessageHeader - 24];
+};
+static_assert(sizeof(ShmMessageHeader) == kMessageHeader);
+
+namespace {
+
+size_t roundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
+  // Not FUTEX_PRIVATE: the word is shared between processes.
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+
+inline void cpuRelax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Copy between linear memory and a ring's data area, wrapping at `cap`.
+void toRing(char* ring, size_t cap, uint64_t pos, const char* src, size_t n) {
+  size_t at = pos % cap, first = std::min(n, cap - at);
+  std::memcpy(ring + at, src, first);
+  if (n > first) std::memcpy(ring, src + first, n - first);
+}
+void fromRing(const char* ring, size_t cap, uint64_t pos, char* dst, size_t n) {
+  size_t at = pos % cap, first = std::min(n, cap - at);
+  std::memcpy(dst, ring + at, first);
+  if (n > first) std::memcpy(dst + first, ring, n - first);
+}
+
+std::string randomId() {
+  std::random_device rd;
+  std::ostringstream s;
+  s << std::hex << ((uint64_t(rd()) << 32) ^ rd()) << "_" << getpid();
+  return s.str();
+}
+
+[[noreturn]] void throwDist(const std::string& msg) {
+  throw c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg);
+}
+
+}  // namespace
+
+ShmTransport::ShmTransport(int rank, int size)
+    : rank_(rank), size_(size), spinUs_(config().spinUsFor(size)) {
+  collRing_ = roundUp(std::max<size_t>(config().collRingBytes, 4096), kPieceAlign);
+  p2pRing_ = roundUp(std::max<size_t>(config().p2pRingBytes, 4096), kPieceAlign);
+  segmentBytes_ = kHeaderArea + size_t(size) * (2 * sizeof(ShmRing) + collRing_ + p2pRing_);
+  maps_.resize(size);
+  sends_.resize(2 * size);
+  sendTail_.assign(2 * size, 0);
+  inbound_.resize(2 * size);
+  recvHead_.assign(2 * size, 0);
+  collRecvs_.resize(size);
+  lastLivenessCheck_ = Clock::now();
+}
+
+std::shared_ptr<ShmTransport> ShmTransport::connect(int rank, int size, const Rendezvous& rdv) {
+  std::shared_ptr<ShmTransport> t(new ShmTransport(rank, size));
+  // One random id per group instance: names never collide across jobs,
+  // groups or restarts, and nobody can guess them.
+  std::string id;
+  if (rank == 0) {
+    id = randomId();
+    rdv.set("shm_id", id);
+  } else {
+    id = rdv.get("shm_id");
+  }
+  auto nameOf = [&](int r) { return "/oreg_ccl_" + id + "_" + std::to_string(r); };
+  t->createOwnSegment(nameOf(rank));
+  rdv.set("created/" + std::to_string(rank), "1");
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    rdv.get("created/" + std::to_string(r));
+    int fd = shm_open(nameOf(r).c_str(), O_RDWR, 0);
+    TORCH_CHECK(fd >= 0, "oreg_ccl: rank ", rank, " cannot open shared memory of rank ", r, ": ",
+                std::strerror(errno));
+    struct stat st {};
+    fstat(fd, &st);
+    void* p = mmap(nullptr, t->segmentBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    TORCH_CHECK(p != MAP_FAILED && size_t(st.st_size) == t->segmentBytes_, "oreg_ccl: rank ", rank,
+                " cannot map shared memory of rank ", r,
+                " (do all ranks use the same OREG_CCL_*RING_BYTES?)");
+    t->maps_[r] = {p, t->segmentBytes_};
+  }
+  // Once every rank has mapped every segment, nobody needs the names: unlink
+  // now so a job killed from here on leaves nothing in /dev/shm.
+  rdv.set("mapped/" + std::to_string(rank), "1");
+  for (int r = 0; r < size; ++r)
+    if (r != rank) rdv.get("mapped/" + std::to_string(r));
+  shm_unlink(t->ownName_.c_str());
+  t->ownName_.clear();
+  return t;
+}
+
+void ShmTransport::createOwnSegment(const std::string& name) {
+  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  TORCH_CHECK(fd >= 0, "oreg_ccl: cannot create shared memory ", name, ": ", std::strerror(errno));
+  ownName_ = name;
+  if (ftruncate(fd, static_cast<off_t>(segmentBytes_)) != 0) {
+    int err = errno;
+    close(fd);
+    TORCH_CHECK(false, "oreg_ccl: cannot size shared memory ", name, " to ", segmentBytes_,
+                " bytes: ", std::strerror(err));
+  }
+  void* p = mmap(nullptr, segmentBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  TORCH_CHECK(p != MAP_FAILED, "oreg_ccl: cannot map shared memory: ", std::strerror(errno));
+  maps_[rank_] = {p, segmentBytes_};
+  // ftruncate zero-fills, so every counter starts at 0.
+  maps_[rank_].header()->pid = getpid();
+}
+
+ShmTransport::~ShmTransport() {
+  for (auto& m : maps_)
+    if (m.base) munmap(m.base, m.bytes);
+  if (!ownName_.empty()) shm_unlink(ownName_.c_str());
+}
+
+size_t ShmTransport::ringBytes(Channel ch) const {
+  return ch == Channel::kCollective ? collRing_ : p2pRing_;
+}
+
+size_t ShmTransport::ringOffset(int src, Channel ch) const {
+  size_t off = kHeaderArea + size_t(src) * (2 * sizeof(ShmRing) + collRing_ + p2pRing_);
+  return ch == Channel::kCollective ? off : off + sizeof(ShmRing) + collRing_;
+}
+
+ShmRing* ShmTransport::ring(int owner, int src, Channel ch) const {
+  return reinterpret_cast<ShmRing*>(static_cast<char*>(maps_[owner].base) + ringOffset(src, ch));
+}
+
+void ShmTransport::ring(int peer) {
+  ShmSegmentHeader* h = maps_[peer].header();
+  h->doorbell.fetch_add(1, std::memory_order_seq_cst);
+  if (h->sleepers.load(std::memory_order_seq_cst) > 0)
+    futex(&h->doorbell, FUTEX_WAKE, INT32_MAX, nullptr);
+}
+
+RequestPtr ShmTransport::isend(Channel ch, int dst, uint64_t tag, const std::string& what,
+                               const void* data, size_t bytes) {
+  checkFailure();
+  TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "oreg_ccl: invalid destination rank ", dst);
+  auto req = std::make_shared<Request>();
+  req->peer = dst;
+  PendingSend s{req, std::vector<char>(kMessageHeader, 0), static_cast<const char*>(data), bytes};
+  auto* h = reinterpret_cast<ShmMessageHeader*>(s.header.data());
+  h->tag = tag;
+  h->bytes = bytes;
+  h->src = static_cast<uint32_t>(rank_);
+  h->magic = kMagic;
+  std::strncpy(h->what, what.c_str(), sizeof(h->what) - 1);
+  sends_[slot(dst, ch)].push_back(std::move(s));
+  pushSends(dst, ch);  // small messages usually go out right away
+  return req;
+}
+
+RequestPtr ShmTransport::irecv(Channel ch, int src, uint64_t tag, const std::string& what,
+                               size_t bytes, Sink sink) {
+  checkFailure();
+  TORCH_CHECK((src >= 0 && src < size_ && src != rank_) || (src == kAnySource && ch == Channel::kP2P),
+              "oreg_ccl: invalid source rank ", src);
+  auto req = std::make_shared<Request>();
+  req->peer = src;
+  auto r = std::make_shared<PendingRecv>(
+      PendingRecv{req, src, tag, what.substr(0, sizeof(ShmMessageHeader::what) - 1), bytes,
+                  std::move(sink)});
+  if (ch == Channel::kCollective) {
+    collRecvs_[src].push_back(r);
+    return req;
+  }
+  // A p2p message may already sit in host memory.
+  for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+    if (it->claimedBy || it->tag != tag || (src != kAnySource && it->src != src)) continue;
+    it->claimedBy = r;
+    if (it->complete) {
+      int from = it->src;
+      if (it->data.size() != bytes) sizeMismatch(bytes, tag, from, it->data.size());
+      if (bytes) r->sink(it->data.data(), 0, bytes);
+      unexpected_.erase(it);
+      finishRecv(r, from);
+    }
+    return req;
+  }
+  p2pRecvs_.push_back(r);
+  return req;
+}
+
+bool ShmTransport::busy() const {
+  for (auto& q : sends_)
+    if (!q.empty()) return true;
+  for (auto& q : collRecvs_)
+    if (!q.empty()) return true;
+  for (auto& in : inbound_)
+    if (in.active) return true;
+  return !p2pRecvs_.empty();
+}
+
+std::string ShmTransport::failure() const {
+  {
+    std::lock_guard<std::mutex> g(errorMutex_);
+    if (!error_.empty()) return error_;
+  }
+  ShmSegmentHeader* g = maps_[0].header();
+  if (g && g->failState.load(std::memory_order_acquire) == 2)
+    return "rank " + std::to_string(g->failRank) + " failed: " +
+           std::string(g->failure, strnlen(g->failure, kFailureChars));
+  return "";
+}
+
+void ShmTransport::finishRecv(const std::shared_ptr<PendingRecv>& r, int src) {
+  r->req->peer = src;
+  r->req->done.store(true, std::memory_order_release);
+  if (r->req->onComplete) r->req->onComplete();
+}
+
+bool ShmTransport::pushSends(int dst, Channel ch) {
+  auto& q = sends_[slot(dst, ch)];
+  if (q.empty()) return false;
+  ShmRing* rg = ring(dst, rank_, ch);
+  const size_t cap = ringBytes(ch);
+  uint64_t& tail = sendTail_[slot(dst, ch)];
+  uint64_t head = rg->head.load(std::memory_order_acquire);
+  bool progressed = false;
+  while (!q.empty()) {
+    PendingSend& s = q.front();
+    const size_t total = kMessageHeader + roundUp(s.bytes, kPieceAlign);
+    size_t space = cap - (tail - head);
+    if (space == 0) break;
+    size_t n = std::min(space, total - s.written);
+    // Copy the part of [header | payload | padding] that fits; padding is
+    // never written, only skipped.
+    size_t off = s.written, end = off + n;
+    uint64_t pos = tail;
+    if (off < kMessageHeader) {
+      size_t k = std::min(end, kMessageHeader) - off;
+      toRing(rg->data, cap, pos, s.header.data() + off, k);
+      pos += k;
+      off += k;
+    }
+    if (off < end) {
+      size_t p0 = off - kMessageHeader;
+      size_t p1 = std::min(end - kMessageHeader, s.bytes);
+      if (p1 > p0) toRing(rg->data, cap, pos, s.data + p0, p1 - p0);
+    }
+    tail += n;
+    s.written += n;
+    progressed = true;
+    rg->tail.store(tail, std::memory_order_release);
+    if (s.written < total) break;
+    RequestPtr req = s.req;
+    q.pop_front();
+    req->done.store(true, std::memory_order_release);
+    if (req->onComplete) req->onComplete();
+  }
+  if (progressed) ring(dst);
+  return progressed;
+}
+
+bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h) {
+  auto mismatch = [&](const std::string& expected) {
+    std::ostringstream m;
+    m << "oreg_ccl: mismatched collectives: rank " << rank_ << " runs " << expected
+      << " but rank " << src << " runs " << std::string(h.what, strnlen(h.what, sizeof(h.what)))
+      << " (" << h.bytes << " bytes). Every rank of a group must call the same collectives in the "
+      << "same order with matching sizes and dtypes.";
+    fail(m.str(), true);
+  };
+  TORCH_CHECK(h.magic == kMagic && h.src == uint32_t(src), "oreg_ccl: corrupt message header");
+  in = Inbound{};
+  in.tag = h.tag;
+  in.bytes = h.bytes;
+  if (ch == Channel::kCollective) {
+    auto& q = collRecvs_[src];
+    if (q.empty()) return false;  // not expected yet: leave it in the ring
+    auto r = q.front();
+    if (h.tag != r->tag || r->what != std::string(h.what, strnlen(h.what, sizeof(h.what))) ||
+        h.bytes != r->bytes) {
+      mismatch(r->what + " (" + std::to_string(r->bytes) + " bytes)");
+    }
+    q.pop_front();
+    in.recv = r;
+  } else {
+    bool blocked = false;
+    for (auto it = p2pRecvs_.begin(); it != p2pRecvs_.end(); ++it) {
+      auto& r = *it;
+      if (r->src != src && r->src != kAnySource) continue;
+      blocked = true;
+      if (r->tag != h.tag) continue;
+      if (r->bytes != h.bytes) sizeMismatch(r->bytes, h.tag, src, h.bytes);
+      in.recv = r;
+      p2pRecvs_.erase(it);
+      break;
+    }
+    if (!in.recv) {
+      // Buffer it only if it stands in front of a receive that waits for this
+      // peer; otherwise leave it in the ring until someone asks for it.
+      if (!blocked) return false;
+      unexpected_.push_back(Unexpected{src, h.tag, std::vector<char>(h.bytes)});
+      in.unexpected = &unexpected_.back();
+    }
+  }
+  in.active = true;
+  return true;
+}
+
+bool ShmTransport::pullRecvs(int src, Channel ch) {
+  ShmRing* rg = ring(rank_, src, ch);
+  const size_t cap = ringBytes(ch);
+  uint64_t& head = recvHead_[slot(src, ch)];
+  uint64_t tail = rg->tail.load(std::memory_order_acquire);
+  Inbound& in = inbound_[slot(src, ch)];
+  bool progressed = false;
+  while (tail > head) {
+    if (!in.active) {
+      if (tail - head < kMessageHeader) break;
+      ShmMessageHeader h;
+      fromRing(rg->data, cap, head, reinterpret_cast<char*>(&h), kMessageHeader);
+      if (!startMessage(src, ch, in, h)) break;
+      head += kMessageHeader;
+      progressed = true;
+    }
+    const size_t padded = roundUp(in.bytes, kPieceAlign);
+    size_t n = std::min<size_t>(tail - head, padded - in.consumed);
+    // Deliver the available bytes, in at most two pieces (ring wrap), minus padding.
+    size_t done = 0;
+    while (done < n) {
+      size_t at = (head + done) % cap;
+      size_t piece = std::min(n - done, cap - at);
+      size_t off = in.consumed + done;
+      size_t useful = off < in.bytes ? std::min(piece, in.bytes - off) : 0;
+      if (useful) {
+        if (in.recv)
+          in.recv->sink(rg->data + at, off, useful);
+        else
+          std::memcpy(in.unexpected->data.data() + off, rg->data + at, useful);
+      }
+      done += piece;
+    }
+    head += n;
+    in.consumed += n;
+    progressed = progressed || n > 0;
+    if (in.consumed < padded) break;
+    in.active = false;
+    if (in.recv) {
+      finishRecv(in.recv, src);
+    } else {
+      Unexpected* u = in.unexpected;
+      u->complete = true;
+      if (u->claimedBy) {
+        auto r = u->claimedBy;
+        if (u->data.size() != r->bytes) sizeMismatch(r->bytes, u->tag, src, u->data.size());
+        if (u->data.size()) r->sink(u->data.data(), 0, u->data.size());
+        unexpected_.remove_if([u](const Unexpected& x) { return &x == u; });
+        finishRecv(r, src);
+      }
+    }
+    in = Inbound{};
+  }
+  if (progressed) {
+    rg->head.store(head, std::memory_order_release);
+    ring(src);  // the writer may be waiting for space
+  }
+  return progressed;
+}
+
+bool ShmTransport::pollAll() {
+  bool progressed = false;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    for (Channel ch : {Channel::kCollective, Channel::kP2P}) {
+      progressed |= pushSends(p, ch);
+      progressed |= pullRecvs(p, ch);
+    }
+  }
+  return progressed;
+}
+
+void ShmTransport::sizeMismatch(size_t expected, uint64_t tag, int src, size_t sent) {
+  fail("oreg_ccl: rank " + std::to_string(rank_) + " posted a recv of " + std::to_string(expected) +
+           " bytes (tag " + std::to_string(tag) + ") but rank " + std::to_string(src) + " sent " +
+           std::to_string(sent) + " bytes",
+       false);
+}
+
+void ShmTransport::checkFailure() {
+  if (failed_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> g(errorMutex_);
+    throwDist(error_);
+  }
+  ShmSegmentHeader* g = maps_[0].header();
+  if (g && g->failState.load(std::memory_order_acquire) == 2) {
+    std::string msg(g->failure, strnlen(g->failure, kFailureChars));
+    if (g->failRank != rank_) msg = "rank " + std::to_string(g->failRank) + " failed: " + msg;
+    fail(msg, false);
+  }
+}
+
+void ShmTransport::fail(const std::string& why, bool propagate) {
+  cancel(why, propagate);
+  std::lock_guard<std::mutex> g(errorMutex_);
+  throwDist(error_);
+}
+
+void ShmTransport::cancel(const std::string& why, bool propagate) {
+  {
+    std::lock_guard<std::mutex> g(errorMutex_);
+    if (error_.empty()) error_ = why;
+  }
+  failed_.store(true, std::memory_order_release);
+  if (propagate && maps_[0].base) {
+    ShmSegmentHeader* g = maps_[0].header();
+    uint32_t expected = 0;
+    if (g->failState.compare_exchange_strong(expected, 1)) {
+      std::strncpy(g->failure, why.c_str(), kFailureChars - 1);
+      g->failRank = rank_;
+      g->failState.store(2, std::memory_order_release);
+    }
+    for (int r = 0; r < size_; ++r)
+      if (maps_[r].base) ring(r);
+  }
+  wakeup();
+}
+
+void ShmTransport::wakeup() {
+  woken_.store(true, std::memory_order_release);
+  if (maps_[rank_].base) ring(rank_);
+}
+
+void ShmTransport::checkPeersAlive() {
+  // Only peers we are exchanging bytes with matter: a peer that finished and
+  // exited is fine as long as nobody waits for it.
+  std::vector<bool> involved(size_, false);
+  for (int p = 0; p < size_; ++p) {
+    for (Channel ch : {Channel::kCollective, Channel::kP2P})
+      if (!sends_[slot(p, ch)].empty() || inbound_[slot(p, ch)].active) involved[p] = true;
+    if (!collRecvs_[p].empty()) involved[p] = true;
+  }
+  for (auto& r : p2pRecvs_) {
+    if (r->src == kAnySource) std::fill(involved.begin(), involved.end(), true);
+    else involved[r->src] = true;
+  }
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || !involved[p]) continue;
+    pid_t pid = maps_[p].header()->pid;
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+      fail("oreg_ccl: rank " + std::to_string(p) + " (pid " + std::to_string(pid) +
+               ") exited while rank " + std::to_string(rank_) + " was exchanging data with it",
+           true);
+  }
+}
+
+void ShmTransport::progress(Clock::time_point until) {
+  ShmSegmentHeader* me = maps_[rank_].header();
+  const auto spinUntil = Clock::now() + std::chrono::microseconds(spinUs_);
+  for (;;) {
+    checkFailure();
+    uint32_t bell = me->doorbell.load(std::memory_order_acquire);
+    if (pollAll() || woken_.exchange(false)) return;
+    auto now = Clock::now();
+    if (now >= until) return;
+    if (now - lastLivenessCheck_ > std::chrono::milliseconds(200)) {
+      lastLivenessCheck_ = now;
+      checkPeersAlive();
+    }
+    if (now < spinUntil) {
+      cpuRelax();
+      continue;
+    }
+    // Sleep until a doorbell ring, `until`, or a liveness check is due.
+    auto wait = std::min<Clock::duration>(until - now, std::chrono::milliseconds(200));
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    me->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (me->doorbell.load(std::memory_order_seq_cst) == bell) futex(&me->doorbell, FUTEX_WAIT, bell, &ts);
+    me->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace openreg::ccl

@@ -1,0 +1,144 @@
+// ShmTransport: the Transport of ranks on one host, over POSIX shared memory.
+//
+// Each rank owns one segment holding the rings *into* it: for every peer and
+// channel, a single-producer/single-consumer byte ring (head written by the
+// reader, tail by the writer). A sender copies into the receiver's ring; the
+// receiver's Sink consumes straight out of it (reductions read shared memory
+// directly). Messages are a 128-byte header then the payload padded to 64
+// bytes, so every piece a Sink sees starts element-aligned.
+//
+// Waiting: each segment has a doorbell (a 32-bit futex word). Writers ring
+// the receiver's doorbell after publishing data, readers ring the writer's
+// after freeing space, and a rank with nothing to do spins briefly and then
+// sleeps in FUTEX_WAIT on its own doorbell (an eventcount: only a doorbell
+// with sleepers costs a syscall). So 8 ranks on 2 cores block, not spin.
+//
+// Lifetime of /dev/shm names: segments are created 0600 with a name built
+// from a store-agreed random id, mapped by every rank, and unlinked as soon as
+// the store shows every rank mapped them: a job killed afterwards leaves
+// nothing behind. Rank 0's segment also carries the group's failure slot.
+//
+// Threading: see Transport. The segments stay mapped until destruction, so
+// wakeup() from another thread is always safe while the object lives.
+#pragma once
+
+#include <deque>
+#include <list>
+#include <mutex>
+#include <vector>
+
+#include "../Transport.h"
+
+namespace openreg::ccl {
+
+struct ShmSegmentHeader;
+struct ShmRing;
+struct ShmMessageHeader;
+
+class ShmTransport final : public Transport {
+ public:
+  // Rendezvous through the process group's store, as callbacks so this file
+  // needs no torch header: set(key, value), get(key) blocking until set.
+  struct Rendezvous {
+    std::function<void(const std::string&, const std::string&)> set;
+    std::function<std::string(const std::string&)> get;
+  };
+
+  // Collective: every rank of the group calls it with the same rendezvous.
+  static std::shared_ptr<ShmTransport> connect(int rank, int size, const Rendezvous& rdv);
+  ~ShmTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  RequestPtr isend(Channel channel, int dst, uint64_t tag, const std::string& what,
+                   const void* data, size_t bytes) override;
+  RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
+                   Sink sink) override;
+  void progress(Clock::time_point until) override;
+  void wakeup() override;
+  void cancel(const std::string& why, bool propagate) override;
+  bool busy() const override;
+  std::string failure() const override;
+
+ private:
+  struct Mapping {
+    void* base = nullptr;
+    size_t bytes = 0;
+    ShmSegmentHeader* header() const { return static_cast<ShmSegmentHeader*>(base); }
+  };
+  struct PendingSend {
+    RequestPtr req;
+    std::vector<char> header;  // the 128-byte ShmMessageHeader
+    const char* data;
+    size_t bytes;
+    size_t written = 0;  // bytes of header + padded payload in the ring so far
+  };
+  struct PendingRecv {
+    RequestPtr req;
+    int src;
+    uint64_t tag;
+    std::string what;
+    size_t bytes;
+    Sink sink;
+  };
+  // A p2p message that arrived before its receive (kept in host memory).
+  struct Unexpected {
+    int src;
+    uint64_t tag;
+    std::vector<char> data;
+    bool complete = false;
+    std::shared_ptr<PendingRecv> claimedBy;
+  };
+  // The message currently being read from one inbound ring.
+  struct Inbound {
+    bool active = false;
+    uint64_t tag = 0;
+    size_t bytes = 0;
+    size_t consumed = 0;  // of the padded payload
+    std::shared_ptr<PendingRecv> recv;  // null while filling an Unexpected
+    Unexpected* unexpected = nullptr;
+  };
+
+  ShmTransport(int rank, int size);
+  void createOwnSegment(const std::string& name);
+  size_t ringBytes(Channel ch) const;
+  size_t ringOffset(int src, Channel ch) const;
+  ShmRing* ring(int owner, int src, Channel ch) const;
+  int slot(int peer, Channel ch) const { return peer * 2 + static_cast<int>(ch); }
+
+  bool pollAll();
+  bool pushSends(int dst, Channel ch);
+  bool pullRecvs(int src, Channel ch);
+  bool startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h);
+  void finishRecv(const std::shared_ptr<PendingRecv>& r, int src);
+  void ring(int peer);  // ring a peer's doorbell
+  void checkFailure();
+  [[noreturn]] void sizeMismatch(size_t expected, uint64_t tag, int src, size_t sent);
+  [[noreturn]] void fail(const std::string& why, bool propagate);
+  void checkPeersAlive();
+
+  const int rank_;
+  const int size_;
+  const long spinUs_;
+  size_t collRing_ = 0, p2pRing_ = 0, segmentBytes_ = 0;
+  std::string ownName_;  // non-empty until unlinked
+  std::vector<Mapping> maps_;  // per rank (own included)
+
+  // Progress-thread state.
+  std::vector<std::deque<PendingSend>> sends_;  // per slot(dst, ch)
+  std::vector<uint64_t> sendTail_;             // our cached tail of each outbound ring
+  std::vector<Inbound> inbound_;                // per slot(src, ch)
+  std::vector<uint64_t> recvHead_;             // our cached head of each inbound ring
+  std::vector<std::deque<std::shared_ptr<PendingRecv>>> collRecvs_;  // per src, FIFO
+  std::list<std::shared_ptr<PendingRecv>> p2pRecvs_;                 // posting order
+  std::list<Unexpected> unexpected_;
+  Clock::time_point lastLivenessCheck_;
+
+  // Cross-thread state.
+  std::atomic<bool> woken_{false};
+  std::atomic<bool> failed_{false};
+  mutable std::mutex errorMutex_;
+  std::string error_;  // GUARDED_BY(errorMutex_): first error wins
+};
+
+}  // namespace openreg::ccl

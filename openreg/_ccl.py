@@ -1,0 +1,34 @@
+"""Registers oreg_ccl, openreg's c10d backend (C++: csrc/c10d), with torch.distributed.
+
+After ``import torch`` (autoload) ``dist.init_process_group("oreg_ccl")`` works for
+CPU and openreg tensors. The backend class is ``openreg._C._OregCCLBackend``.
+"""
+import torch
+
+NAME = "oreg_ccl"
+
+
+def _create_backend(dist_backend_opts, pg_options):
+    # Extended API: called once per group (new_group too) with a store unique to it.
+    timeout = dist_backend_opts.timeout
+    if pg_options is not None and getattr(pg_options, "timeout", None) is not None:
+        timeout = pg_options.timeout
+    from . import _C
+
+    return _C._OregCCLBackend(
+        dist_backend_opts.store,
+        dist_backend_opts.group_rank,
+        dist_backend_opts.group_size,
+        timeout,
+    )
+
+
+def register() -> None:
+    if not torch.distributed.is_available():
+        return
+    from torch.distributed import Backend
+
+    if NAME in Backend.backend_list:
+        return
+    # devices as a list: a string would be iterated character by character.
+    Backend.register_backend(NAME, _create_backend, extended_api=True, devices=["cpu", "openreg"])

@@ -1,0 +1,91 @@
+"""Multi-process runner for the oreg_ccl tests.
+
+``spawn(fn, world_size, tmp_path)`` starts ``world_size`` fresh interpreters
+(start method "spawn": the openreg driver refuses forked children), each
+joining an oreg_ccl process group over a FileStore in ``tmp_path`` (no ports),
+runs ``fn(rank, world_size, *args)`` and tears the group down. A hard deadline
+kills stragglers, every rank's traceback is reported, and afterwards no
+shared-memory object of these processes may be left in /dev/shm.
+"""
+import datetime
+import glob
+import os
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _entry(rank, fn, world_size, tmp, args, pg_timeout, init, env):
+    os.environ.update(env)
+    try:
+        if init:
+            kwargs = init if isinstance(init, dict) else {}
+            device_id = kwargs.get("device_id")
+            dist.init_process_group(
+                "oreg_ccl",
+                init_method=f"file://{tmp}/store",
+                rank=rank,
+                world_size=world_size,
+                timeout=datetime.timedelta(seconds=pg_timeout),
+                device_id=torch.device("openreg", rank) if device_id else None,
+            )
+        fn(rank, world_size, *args)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except BaseException:
+        with open(f"{tmp}/error.{rank}", "w") as f:
+            f.write(traceback.format_exc())
+        os._exit(1)
+    # Skip interpreter teardown (and any lingering threads) once all is checked.
+    os._exit(0)
+
+
+def shm_objects(pids):
+    """oreg_ccl's /dev/shm objects created by any of `pids` (names end in _<pid>_<rank>)."""
+    found = []
+    for pid in pids:
+        found += glob.glob(f"/dev/shm/oreg_ccl_*_{pid}_*")
+    return found
+
+
+def spawn(fn, world_size, tmp_path, *args, timeout=120, pg_timeout=30, init=True, env=None,
+          expect_exit=None):
+    """Run fn on world_size ranks; returns the exit codes. `expect_exit` maps
+    rank -> expected exit code (default: every rank exits 0)."""
+    tmp = str(tmp_path)
+    ctx = mp.get_context("spawn")
+    env = {"OMP_NUM_THREADS": "1", **(env or {})}
+    procs = [
+        ctx.Process(target=_entry, args=(r, fn, world_size, tmp, args, pg_timeout, init, env))
+        for r in range(world_size)
+    ]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    try:
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+    finally:
+        hung = [r for r, p in enumerate(procs) if p.is_alive()]
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
+    codes = [p.exitcode for p in procs]
+    errors = {}
+    for r in range(world_size):
+        path = os.path.join(tmp, f"error.{r}")
+        if os.path.exists(path):
+            errors[r] = open(path).read()
+    expected = [0] * world_size
+    for r, code in (expect_exit or {}).items():
+        expected[r] = code
+    report = "".join(f"\n--- rank {r} ---\n{tb}" for r, tb in errors.items())
+    assert not hung, f"ranks {hung} still running after {timeout}s (killed){report}"
+    assert codes == expected, f"exit codes {codes}, expected {expected}{report}"
+    leaked = shm_objects([p.pid for p in procs])
+    assert not leaked, f"shared memory left behind: {leaked}"
+    return codes

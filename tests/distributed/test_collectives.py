@@ -1,0 +1,236 @@
+"""Every collective x reduce op x dtype, world sizes 1-4, CPU and openreg tensors.
+
+Each rank builds every rank's input from a seed, so the expected result is
+computed locally with plain torch ops in float64/int64 (independently of the
+backend) and compared with what oreg_ccl produced. One process group per
+world size runs the whole matrix on both devices, to keep spawns few.
+"""
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed import ReduceOp
+
+from _harness import spawn
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
+ALL = FLOATS + INTS + [torch.bool]
+
+
+def make(rank, shape, dtype, seed):
+    """Rank `rank`'s input: small values so products and int sums stay exact."""
+    g = torch.Generator().manual_seed(seed * 1009 + rank)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_floating_point:
+        return (torch.randint(-8, 9, shape, generator=g).double() / 4 + 0.5).to(dtype)
+    if dtype.is_complex:
+        return torch.randn(shape, generator=g, dtype=dtype)
+    lo = 0 if dtype == torch.uint8 else -3
+    return torch.randint(lo, 4, shape, generator=g).to(dtype)
+
+
+def wide(t):
+    if t.dtype == torch.bool or t.dtype.is_complex:
+        return t
+    return t.double() if t.dtype.is_floating_point else t.long()
+
+
+def reference(inputs, op, dtype, factor=None):
+    """Reduce `inputs` (one tensor per rank) the textbook way."""
+    x = torch.stack([wide(t) for t in inputs])
+    n = len(inputs)
+    if dtype == torch.bool:
+        f = {
+            "SUM": torch.any, "MAX": torch.any, "BOR": torch.any,
+            "PRODUCT": torch.all, "MIN": torch.all, "BAND": torch.all,
+        }
+        if op == "BXOR":
+            return (x.long().sum(0) % 2).bool()
+        return f[op](x, dim=0)
+    if op in ("SUM", "AVG", "PREMUL_SUM"):
+        if op == "PREMUL_SUM":
+            x = x * factor
+        r = x.sum(0)
+        if op == "AVG":
+            r = torch.div(r, n, rounding_mode="trunc") if not dtype.is_floating_point else r / n
+    elif op == "PRODUCT":
+        r = x.prod(0)
+    elif op == "MIN":
+        r = x.min(0).values
+    elif op == "MAX":
+        r = x.max(0).values
+    else:
+        r = x[0]
+        for t in x[1:]:
+            r = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}[op](r, t)
+    return r.to(dtype)
+
+
+def ops_for(dtype):
+    if dtype == torch.bool:
+        return ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+    if dtype.is_floating_point:
+        return ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "PREMUL_SUM"]
+    return ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+
+
+def reduce_op(name, factor, device):
+    if name != "PREMUL_SUM":
+        return getattr(ReduceOp, name)
+    if isinstance(factor, float):
+        return dist._make_nccl_premul_sum(factor)
+    return dist._make_nccl_premul_sum(torch.tensor([factor[0]], dtype=torch.float32, device=device))
+
+
+def check(actual, expected, what):
+    actual = actual.cpu()
+    if expected.dtype in (torch.float16, torch.bfloat16):
+        torch.testing.assert_close(actual, expected, rtol=1e-2, atol=1e-2, msg=lambda m: f"{what}: {m}")
+    else:
+        torch.testing.assert_close(actual, expected, msg=lambda m: f"{what}: {m}")
+
+
+def run_allreduce(rank, n, device, seed):
+    for dtype in ALL:
+        for op in ops_for(dtype):
+            for shape in [(7,), (3, 5)]:
+                seed += 1
+                factor = 0.5 if (op == "PREMUL_SUM" and shape == (7,)) else [2.0]
+                inputs = [make(r, shape, dtype, seed) for r in range(n)]
+                if shape == (3, 5):  # a transposed view: not contiguous
+                    t = inputs[rank].t().contiguous().to(device, copy=True).t()
+                else:
+                    t = inputs[rank].to(device, copy=True)
+                dist.all_reduce(t, op=reduce_op(op, factor, device))
+                f = factor if isinstance(factor, float) else factor[0]
+                check(t, reference(inputs, op, dtype, f), f"allreduce {op} {dtype} {shape}")
+    # Large messages take reduce-scatter + all-gather (above the one-shot size).
+    for dtype, op in [(torch.float32, "SUM"), (torch.bfloat16, "AVG"), (torch.int64, "MAX")]:
+        seed += 1
+        inputs = [make(r, (50_001,), dtype, seed) for r in range(n)]
+        t = inputs[rank].to(device, copy=True)
+        dist.all_reduce(t, op=getattr(ReduceOp, op))
+        check(t, reference(inputs, op, dtype), f"large allreduce {op} {dtype}")
+    # Complex sums; empty tensors.
+    inputs = [make(r, (4,), torch.complex64, seed) for r in range(n)]
+    t = inputs[rank].to(device, copy=True)
+    dist.all_reduce(t)
+    torch.testing.assert_close(t.cpu(), torch.stack(inputs).sum(0))
+    e = torch.empty(0, device=device)
+    dist.all_reduce(e)
+    assert e.numel() == 0
+    return seed
+
+
+def run_coalesced(rank, n, device, seed):
+    inputs = [[make(r, (5,), torch.float32, seed), make(r, (3,), torch.float64, seed + 1)]
+              for r in range(n)]
+    ts = [x.to(device, copy=True) for x in inputs[rank]]
+    with dist._coalescing_manager(device=device):
+        for t in ts:
+            dist.all_reduce(t)
+    for i, t in enumerate(ts):
+        check(t, reference([inputs[r][i] for r in range(n)], "SUM", t.dtype), "coalesced allreduce")
+    # all_gather_into_tensor / reduce_scatter_tensor, coalesced.
+    ins = [make(rank, (4,), torch.float32, seed + 2), make(rank, (2, 3), torch.int32, seed + 3)]
+    outs = [torch.empty(n * 4, device=device), torch.empty(n * 2, 3, dtype=torch.int32, device=device)]
+    with dist._coalescing_manager(device=device, async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i.to(device, copy=True))
+    cm.wait()
+    check(outs[0], torch.cat([make(r, (4,), torch.float32, seed + 2) for r in range(n)]), "ag coalesced")
+    check(outs[1], torch.cat([make(r, (2, 3), torch.int32, seed + 3) for r in range(n)]), "ag coalesced")
+    full = [make(r, (n * 3,), torch.float32, seed + 4) for r in range(n)]
+    out = torch.empty(3, device=device)
+    with dist._coalescing_manager(device=device):
+        dist.reduce_scatter_tensor(out, full[rank].to(device, copy=True), op=ReduceOp.AVG)
+    check(out, reference(full, "AVG", torch.float32)[rank * 3:(rank + 1) * 3], "rs coalesced")
+    return seed + 5
+
+
+def run_data_movement(rank, n, device, seed):
+    for dtype in [torch.float32, torch.bfloat16, torch.int64, torch.bool]:
+        seed += 1
+        mk = lambda r, shape=(2, 3): make(r, shape, dtype, seed)  # noqa: E731
+        # broadcast from the last rank, into a non-contiguous tensor.
+        root = n - 1
+        t = mk(rank).t().to(device, copy=True) if rank != root else mk(rank).t().to(device, copy=True)
+        dist.broadcast(t, src=root)
+        check(t, mk(root).t(), f"broadcast {dtype}")
+        # all_gather (list) and all_gather_into_tensor.
+        outs = [torch.empty(2, 3, dtype=dtype, device=device) for _ in range(n)]
+        dist.all_gather(outs, mk(rank).to(device, copy=True))
+        for r in range(n):
+            check(outs[r], mk(r), f"all_gather {dtype}")
+        flat = torch.empty(n * 2, 3, dtype=dtype, device=device)
+        dist.all_gather_into_tensor(flat, mk(rank).to(device, copy=True))
+        check(flat, torch.cat([mk(r) for r in range(n)]), f"all_gather_into_tensor {dtype}")
+        # gather / scatter to and from rank 0.
+        gl = [torch.empty(2, 3, dtype=dtype, device=device) for _ in range(n)] if rank == 0 else None
+        dist.gather(mk(rank).to(device, copy=True), gl, dst=0)
+        if rank == 0:
+            for r in range(n):
+                check(gl[r], mk(r), f"gather {dtype}")
+        out = torch.empty(2, 3, dtype=dtype, device=device)
+        sl = [mk(r + 100).to(device, copy=True) for r in range(n)] if rank == 0 else None
+        dist.scatter(out, sl, src=0)
+        check(out, mk(rank + 100), f"scatter {dtype}")
+        # all_to_all_single, uneven rows: rank r sends (r + 2p) % 3 + 1 rows to p.
+        rows = lambda src, dst: (src + 2 * dst) % 3 + 1  # noqa: E731
+        inp = mk(rank, (sum(rows(rank, p) for p in range(n)), 2))
+        out = torch.empty(sum(rows(p, rank) for p in range(n)), 2, dtype=dtype, device=device)
+        dist.all_to_all_single(out, inp.to(device, copy=True), [rows(p, rank) for p in range(n)],
+                               [rows(rank, p) for p in range(n)])
+        pieces = []
+        for p in range(n):
+            src = mk(p, (sum(rows(p, q) for q in range(n)), 2))
+            start = sum(rows(p, q) for q in range(rank))
+            pieces.append(src[start:start + rows(p, rank)])
+        check(out, torch.cat(pieces), f"all_to_all_single {dtype}")
+        # all_to_all (lists), element p of rank r is make(r * 10 + p).
+        outs = [torch.empty(3, dtype=dtype, device=device) for _ in range(n)]
+        dist.all_to_all(outs, [mk(rank * 10 + p, (3,)).to(device, copy=True) for p in range(n)])
+        for p in range(n):
+            check(outs[p], mk(p * 10 + rank, (3,)), f"all_to_all {dtype}")
+    return seed
+
+
+def run_reductions(rank, n, device, seed):
+    for dtype, op in [(torch.float32, "SUM"), (torch.bfloat16, "MAX"), (torch.int32, "BXOR"),
+                      (torch.float64, "PREMUL_SUM"), (torch.float16, "AVG")]:
+        seed += 1
+        ins = [make(r, (n * 4,), dtype, seed) for r in range(n)]
+        expect = reference(ins, op, dtype, 0.5)
+        rop = reduce_op(op, 0.5, device)
+        # reduce to the last rank; other ranks' tensors stay untouched.
+        t = ins[rank].to(device, copy=True)
+        dist.reduce(t, dst=n - 1, op=rop)
+        check(t, expect if rank == n - 1 else ins[rank], f"reduce {op} {dtype}")
+        # reduce_scatter_tensor and reduce_scatter (list).
+        out = torch.empty(4, dtype=dtype, device=device)
+        dist.reduce_scatter_tensor(out, ins[rank].to(device, copy=True), op=rop)
+        check(out, expect[rank * 4:(rank + 1) * 4], f"reduce_scatter_tensor {op} {dtype}")
+        out = torch.empty(4, dtype=dtype, device=device)
+        dist.reduce_scatter(out, list(ins[rank].to(device, copy=True).chunk(n)), op=rop)
+        check(out, expect[rank * 4:(rank + 1) * 4], f"reduce_scatter {op} {dtype}")
+    return seed
+
+
+def matrix(rank, n):
+    for device in [torch.device("cpu"), torch.device("openreg", rank)]:
+        seed = 0
+        seed = run_allreduce(rank, n, device, seed)
+        seed = run_coalesced(rank, n, device, seed)
+        seed = run_data_movement(rank, n, device, seed)
+        seed = run_reductions(rank, n, device, seed)
+    dist.barrier()
+    objs = [None] * n
+    dist.all_gather_object(objs, {"rank": rank})
+    assert objs == [{"rank": r} for r in range(n)]
+    assert dist.get_backend() == "oreg_ccl"
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_every_collective(tmp_path, world_size):
+    spawn(matrix, world_size, tmp_path, timeout=200)

@@ -1,0 +1,109 @@
+"""NCCL-style semantics of oreg_ccl on openreg streams, async work, futures."""
+import time
+
+import torch
+import torch.distributed as dist
+
+from _harness import spawn
+
+
+def stream_order(rank, n):
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    # The collective is ordered after work queued on the current stream, and
+    # issuing it does not block the host.
+    t = torch.zeros(1000, device=dev)
+    torch.openreg._sleep(300)
+    t.fill_(rank + 1.0)
+    start = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()  # makes the stream wait; the host goes on
+    issued = time.monotonic() - start
+    assert issued < 0.25, f"issuing and waiting blocked the host for {issued:.3f}s"
+    u = t * 2  # queued after the collective on the same stream
+    expect = sum(range(1, n + 1))
+    assert torch.equal(u.cpu(), torch.full((1000,), 2.0 * expect))
+    assert work.is_completed() and work.is_success() and work.exception() is None
+    fut = work.get_future()
+    assert torch.equal(fut.wait()[0].cpu(), torch.full((1000,), float(expect)))
+
+    # wait() returns before the peer even joined; the stream, not the host, waits.
+    t = torch.ones(10, device=dev)
+    if rank == 1:
+        time.sleep(0.5)
+    start = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    if rank == 0:
+        assert time.monotonic() - start < 0.3
+        assert not work.is_completed()
+    assert torch.equal((t + 0).cpu(), torch.full((10,), float(n)))
+
+    # Futures chain; CPU work blocks in wait() and completes there.
+    c = torch.full((4,), float(rank))
+    work = dist.all_reduce(c, async_op=True)
+    doubled = work.get_future().then(lambda f: f.value()[0] * 2)
+    work.wait()
+    assert work.is_completed()
+    assert torch.equal(doubled.wait(), torch.full((4,), 2.0 * sum(range(n))))
+
+    # Many async ops in flight at once, completed in order.
+    ts = [torch.full((100,), float(i + rank), device=dev) for i in range(20)]
+    works = [dist.all_reduce(x, async_op=True) for x in ts]
+    for w in works:
+        w.wait()
+    for i, x in enumerate(ts):
+        assert torch.equal(x.cpu(), torch.full((100,), float(n * i + sum(range(n)))))
+    # barrier blocks the host until everyone arrived.
+    if rank == 0:
+        time.sleep(0.3)
+    start = time.monotonic()
+    dist.barrier()
+    if rank == 1:
+        assert time.monotonic() - start > 0.2
+
+
+def test_stream_ordering_async_and_futures(tmp_path):
+    spawn(stream_order, 2, tmp_path)
+
+
+def groups(rank, n):
+    dev = torch.device("openreg", rank)
+    # new_subgroups: [0, 1], [2, 3].
+    sub, _ = dist.new_subgroups(group_size=2)
+    t = torch.full((3,), float(rank), device=dev)
+    dist.all_reduce(t, group=sub)
+    base = rank - rank % 2
+    assert torch.equal(t.cpu(), torch.full((3,), float(2 * base + 1)))
+    # split_group (needs supportsSplitting, split() and .options).
+    sg = dist.split_group(split_ranks=[[0, 3], [1, 2]])
+    t = torch.ones(2, device=dev)
+    dist.all_reduce(t, group=sg)
+    assert torch.equal(t.cpu(), torch.full((2,), 2.0))
+    # A 2 x 2 DeviceMesh splits the default group.
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("openreg", (2, 2), mesh_dim_names=("dp", "tp"))
+    for dim in ("dp", "tp"):
+        t = torch.full((2,), float(rank), device=dev)
+        dist.all_reduce(t, group=mesh.get_group(dim))
+        peers = mesh[dim].mesh.tolist()
+        assert torch.equal(t.cpu(), torch.full((2,), float(sum(peers)))), (dim, peers)
+    # new_group with a subset; non-members do not take part. Last: it leaves
+    # the ranks with different group counts, which split_group's names hash.
+    g = dist.new_group([0, 2])
+    t = torch.full((3,), float(rank), device=dev)
+    if rank in (0, 2):
+        dist.all_reduce(t, group=g)
+        assert torch.equal(t.cpu(), torch.full((3,), 2.0))
+    # The groups are independent: interleaved use stays correct.
+    a, b = torch.ones(1, device=dev), torch.ones(1, device=dev)
+    w1 = dist.all_reduce(a, group=sub, async_op=True)
+    w2 = dist.all_reduce(b, async_op=True)
+    w1.wait()
+    w2.wait()
+    assert a.item() == 2 and b.item() == n
+
+
+def test_subgroups_split_and_device_mesh(tmp_path):
+    spawn(groups, 4, tmp_path, init={"device_id": True})
