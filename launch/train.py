@@ -199,7 +199,10 @@ def main(argv=None):
     if args.activation_checkpointing:
         apply_activation_checkpointing(model)
     model, dp_size, dp_rank = wrap(model, args, world if distributed else 1, device)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    # Plain tensor parallelism leaves some parameters as plain tensors beside
+    # DTensors, which the multi-tensor (foreach) optimizer path cannot mix.
+    foreach = False if args.strategy == "tp" else None
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, foreach=foreach)
     assert args.global_batch % dp_size == 0, "global batch must divide by the data-parallel size"
     local_batch = args.global_batch // dp_size
 

@@ -3,16 +3,19 @@
 // would report an illegal address. Other faults go to the previous handler.
 #include "Internal.h"
 
+#include <execinfo.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace openreg::detail {
 namespace {
 
 struct sigaction g_previous;
+bool g_print_backtrace = false;
 
 void onSegv(int sig, siginfo_t* info, void* context) {
   int device = deviceOfInaccessibleAddress(info->si_addr);
@@ -25,6 +28,13 @@ void onSegv(int sig, siginfo_t* info, void* context) {
         ".cpu() before reading it.\n",
         info->si_addr, device);
     if (n > 0) (void)!write(STDERR_FILENO, message, static_cast<size_t>(n));
+  }
+  if (device < 0 && g_print_backtrace) {
+    // OPENREG_SEGV_BACKTRACE=1: native frames of the faulting thread, for
+    // crashes in kernels or collectives that Python's faulthandler cannot show.
+    void* frames[64];
+    int n = backtrace(frames, 64);
+    backtrace_symbols_fd(frames, n, STDERR_FILENO);
   }
   // Hand over to whoever was there before (Python's faulthandler, or the
   // default action, which re-raises the fault and kills the process).
@@ -40,6 +50,8 @@ void onSegv(int sig, siginfo_t* info, void* context) {
 }  // namespace
 
 void installFaultHandler() {
+  const char* env = std::getenv("OPENREG_SEGV_BACKTRACE");
+  g_print_backtrace = env && *env && env[0] != '0';
   struct sigaction action;
   std::memset(&action, 0, sizeof(action));
   action.sa_sigaction = onSegv;

@@ -49,6 +49,9 @@ orError mapArena(int device, DeviceArena& arena) {
   void* ker = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   close(fd);  // the mappings keep the memory alive
   if (dev == MAP_FAILED || ker == MAP_FAILED) return orErrorMemoryAllocation;
+  // Keep core dumps small: a 16 GiB simulated device must not be written out.
+  madvise(dev, capacity, MADV_DONTDUMP);
+  madvise(ker, capacity, MADV_DONTDUMP);
   arena.device_base = static_cast<char*>(dev);
   arena.kernel_base = static_cast<char*>(ker);
   arena.capacity = capacity;
