@@ -37,6 +37,11 @@ def _generator(device) -> torch.Generator:
     return default_generators[index]
 
 
+def _is_in_bad_fork() -> bool:
+    """torch.manual_seed seeds this device only if it can ask this (CUDA's API)."""
+    return _C._is_forked_child()
+
+
 def manual_seed(seed: int) -> None:
     _generator(None).manual_seed(int(seed))
 
