@@ -472,6 +472,13 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::optional<c10::Device> device = findDevice(op, args, num_args);
   TORCH_CHECK(device.has_value(), "openreg fallback: no openreg tensor or device among the "
               "arguments of ", op.schema().name());
+  // The generic path runs the CPU kernel: an op with none (CUDA-only fused
+  // kernels, cuDNN ops) fails here, on the host, rather than in a kernel where
+  // the error would be sticky for the stream.
+  TORCH_CHECK_NOT_IMPLEMENTED(op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU),
+                              "Could not run '", op.schema().name(), "' with arguments from the "
+                              "'openreg' backend: it has no native openreg kernel and no CPU "
+                              "kernel for the generic path to run.");
   c10::DeviceGuard guard(*device);
   if (!tryRunAsynchronously(op, stack, num_args, *device)) runSynchronously(op, stack, num_args, *device);
 }

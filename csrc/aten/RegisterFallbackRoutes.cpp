@@ -3,7 +3,7 @@
 // over a backend fallback. Only TORCH_LIBRARY_IMPL blocks live here.
 //
 // Why each group is routed (tests: tests/ops/test_opinfo.py):
-//  - convolution, convolution_backward: the composite kernels end in
+//  - (_)convolution, convolution_backward: the composite kernels end in
 //    convolution_overrideable, which throws for backends other than CPU/CUDA.
 //  - addr, native_layer_norm, native_group_norm, linalg__powsum: the composite
 //    kernels are math decompositions that round differently from the CPU
@@ -18,7 +18,8 @@ namespace openreg::kernels {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   const auto route = [] { return torch::CppFunction::makeFromBoxedFunction<&fallback>(); };
-  for (const char* name : {"convolution", "convolution_backward", "addr", "addr.out",
+  for (const char* name : {"convolution", "convolution_backward", "_convolution",
+                           "_convolution.deprecated", "addr", "addr.out",
                            "native_layer_norm", "native_group_norm", "linalg__powsum"})
     m.impl(name, route());
 }
