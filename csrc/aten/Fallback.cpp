@@ -14,6 +14,7 @@
 //
 // Random operators get the CPU generator that carries the openreg generator's
 // state, so seeds reproduce CPU numbers.
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/op_registration/op_registration.h>
 #include <ATen/ops/empty.h>
@@ -132,9 +133,12 @@ class ArgumentConverter {
     if (isGeneratorArg(schema_arg)) {
       if (to_meta_) return arg;
       if (arg.isNone()) return cpuGeneratorOf(getDefaultGenerator(device_));
-      if (arg.isGenerator() && arg.toGenerator().device().is_privateuseone())
-        return cpuGeneratorOf(arg.toGenerator());
-      return arg;
+      // CUDA's rule: a generator of another device type is an error (a CPU
+      // generator would otherwise silently drive an openreg op).
+      TORCH_CHECK(arg.toGenerator().device().is_privateuseone(),
+                  "Expected a 'openreg' device type for generator but found '",
+                  arg.toGenerator().device().type(), "'");
+      return cpuGeneratorOf(arg.toGenerator());
     }
     return mapTensors(arg, [&](const at::Tensor& t) { return convertTensor(t); });
   }
@@ -160,7 +164,7 @@ class ArgumentConverter {
     return nullptr;
   }
 
- private:
+ public:
   static bool isGeneratorArg(const c10::Argument& a) {
     const auto& type = a.type();
     if (type->kind() == c10::TypeKind::GeneratorType) return true;
@@ -169,6 +173,7 @@ class ArgumentConverter {
     return false;
   }
 
+ private:
   // Views of one storage must map to one converted storage, so kernels
   // detect overlap and the host detects which outputs alias which inputs.
   at::Tensor kernelViewSharing(const at::Tensor& t) {
@@ -336,6 +341,10 @@ class SyncOnlyOps {
              "aten::native_layer_norm",
              // CPU returns empty offset2bag/bag_size for some modes, Meta full.
              "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
+             // Meta skips the CPU kernel's argument checks (n_sample against
+             // the categories, non-negative probabilities): raise them on
+             // the host, not as a sticky kernel error.
+             "aten::multinomial",
          })
       names_.insert(name);
   }
@@ -382,6 +391,40 @@ void checkAliasesInput(const c10::OperatorHandle& op, size_t index, const at::Te
   TORCH_CHECK(false, "openreg: the Meta kernel of ", op.schema().operator_name(),
               " returns a view of an input as result ", index,
               " but the CPU kernel returns a new tensor; later calls run synchronously.");
+}
+
+// In-place random fills (random_, uniform_, normal_, bernoulli_.float,
+// exponential_, ...) validate their scalar arguments in the CPU kernel, which
+// Meta does not: without this, `randint(5, 2)` would fail inside a kernel and
+// leave the stream failed, where CUDA raises on the host. The probe runs the
+// CPU kernel on a one-element host tensor with a throwaway generator (the
+// real generator state is untouched), so the error is the CPU's own.
+void probeRandomFillArguments(const c10::OperatorHandle& op, const IValue* args,
+                              size_t num_args) {
+  const auto& schema = op.schema();
+  int self_index = -1;
+  bool has_generator = false;
+  for (size_t i = 0; i < num_args; ++i) {
+    const auto& a = schema.arguments()[i];
+    if (ArgumentConverter::isGeneratorArg(a)) {
+      has_generator = true;
+    } else if (containsTensor(args[i])) {
+      if (self_index >= 0 || !a.alias_info() || !a.alias_info()->isWrite()) return;
+      self_index = static_cast<int>(i);
+    }
+  }
+  if (!has_generator || self_index < 0) return;
+  torch::jit::Stack probe;
+  for (size_t i = 0; i < num_args; ++i) {
+    if (static_cast<int>(i) == self_index) {
+      probe.emplace_back(at::empty({1}, args[i].toTensor().options().device(c10::kCPU)));
+    } else if (ArgumentConverter::isGeneratorArg(schema.arguments()[i])) {
+      probe.emplace_back(at::make_generator<at::CPUGeneratorImpl>());
+    } else {
+      probe.push_back(args[i]);
+    }
+  }
+  op.redispatchBoxed(kCPUKeys, &probe);
 }
 
 // Returns false (stack untouched) if the op cannot be inferred on Meta.
@@ -479,6 +522,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               "Could not run '", op.schema().name(), "' with arguments from the "
                               "'openreg' backend: it has no native openreg kernel and no CPU "
                               "kernel for the generic path to run.");
+  probeRandomFillArguments(op, args, num_args);
   c10::DeviceGuard guard(*device);
   if (!tryRunAsynchronously(op, stack, num_args, *device)) runSynchronously(op, stack, num_args, *device);
 }
