@@ -56,6 +56,7 @@ from .memory import (
     reset_peak_memory_stats,
 )
 from .random import (
+    _is_in_bad_fork,
     default_generators,
     get_rng_state,
     get_rng_state_all,
@@ -67,6 +68,8 @@ from .random import (
     set_rng_state,
     set_rng_state_all,
 )
+from .amp import get_amp_supported_dtype, is_bf16_supported
+from . import rnn  # noqa: F401  (registers the fused RNN cell kernels)
 from . import _registration
 from . import _ccl
 
@@ -77,8 +80,8 @@ _ccl.register()
 __all__ = [
     "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_stream",
     "device", "device_count", "device_of", "empty_cache", "get_device_capability",
-    "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
-    "initial_seed", "is_available", "is_initialized", "manual_seed", "manual_seed_all",
+    "get_amp_supported_dtype", "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
+    "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",
     "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
     "memory_reserved", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
     "reset_peak_memory_stats", "seed", "seed_all", "set_device", "set_rng_state",

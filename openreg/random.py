@@ -4,7 +4,7 @@ Each device's default generator carries a CPU generator state, so openreg
 random ops reproduce the CPU's numbers for the same seed. Random kernels run
 on streams, so functions that read or change the state synchronise the
 device first.
-Tests: tests/runtime/test_random.py.
+Tests: tests/runtime/test_generators.py.
 """
 from typing import Iterable, List
 
@@ -35,6 +35,11 @@ def _generator(device) -> torch.Generator:
     index = _get_device_index(device)
     synchronize(index)
     return default_generators[index]
+
+
+def _is_in_bad_fork() -> bool:
+    """torch.manual_seed seeds this device only if it can ask this (CUDA's API)."""
+    return _C._is_forked_child()
 
 
 def manual_seed(seed: int) -> None:

@@ -14,6 +14,7 @@
 //
 // Random operators get the CPU generator that carries the openreg generator's
 // state, so seeds reproduce CPU numbers.
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/op_registration/op_registration.h>
 #include <ATen/ops/empty.h>
@@ -25,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <unordered_set>
 
 #include "../runtime/OpenRegException.h"
@@ -133,9 +135,12 @@ class ArgumentConverter {
     if (isGeneratorArg(schema_arg)) {
       if (to_meta_) return arg;
       if (arg.isNone()) return cpuGeneratorOf(getDefaultGenerator(device_));
-      if (arg.isGenerator() && arg.toGenerator().device().is_privateuseone())
-        return cpuGeneratorOf(arg.toGenerator());
-      return arg;
+      // CUDA's rule: a generator of another device type is an error (a CPU
+      // generator would otherwise silently drive an openreg op).
+      TORCH_CHECK(arg.toGenerator().device().is_privateuseone(),
+                  "Expected a 'openreg' device type for generator but found '",
+                  arg.toGenerator().device().type(), "'");
+      return cpuGeneratorOf(arg.toGenerator());
     }
     return mapTensors(arg, [&](const at::Tensor& t) { return convertTensor(t); });
   }
@@ -161,7 +166,7 @@ class ArgumentConverter {
     return nullptr;
   }
 
- private:
+ public:
   static bool isGeneratorArg(const c10::Argument& a) {
     const auto& type = a.type();
     if (type->kind() == c10::TypeKind::GeneratorType) return true;
@@ -170,6 +175,7 @@ class ArgumentConverter {
     return false;
   }
 
+ private:
   // Views of one storage must map to one converted storage, so kernels
   // detect overlap and the host detects which outputs alias which inputs.
   at::Tensor kernelViewSharing(const at::Tensor& t) {
@@ -182,6 +188,8 @@ class ArgumentConverter {
     auto alias = at::detail::make_tensor<c10::TensorImpl>(
         c10::Storage(storage), c10::DispatchKeySet(key), t.dtype());
     alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    alias._set_conj(t.is_conj());
+    alias._set_neg(t.is_neg());
     return alias;
   }
 
@@ -319,11 +327,114 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
   }
 }
 
+// Operators whose Meta kernel disagrees with the CPU kernel about an output's
+// shape or dtype, so their outputs cannot be allocated before the CPU kernel
+// has run: they take the synchronous path. Found by tests/ops/test_opinfo.py;
+// kernels add to the set at run time when they detect a new disagreement.
+class SyncOnlyOps {
+ public:
+  SyncOnlyOps() {
+    for (const char* name : {
+             // eval mode: CPU returns empty save_mean/save_invstd, Meta [C];
+             // reduced-precision inputs: CPU keeps float32 statistics.
+             "aten::native_batch_norm", "aten::_native_batch_norm_legit",
+             "aten::_native_batch_norm_legit.no_stats", "aten::_batch_norm_with_update",
+             // CPU returns mean/rstd in the input's dtype, Meta in float32.
+             "aten::native_layer_norm",
+             // CPU returns empty offset2bag/bag_size for some modes, Meta full.
+             "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
+             // Meta skips the CPU kernel's argument checks (n_sample against
+             // the categories, non-negative probabilities): raise them on
+             // the host, not as a sticky kernel error.
+             "aten::multinomial",
+         })
+      names_.insert(name);
+  }
+  bool contains(const c10::OperatorName& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return names_.count(c10::toString(name)) > 0;
+  }
+  void insert(const c10::OperatorName& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    names_.insert(c10::toString(name));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_set<std::string> names_;  // GUARDED_BY mutex_
+};
+
+SyncOnlyOps& syncOnlyOps() {
+  static SyncOnlyOps ops;
+  return ops;
+}
+
+// Kernel-side check that the CPU result matches the output the host
+// allocated from the Meta result: a mismatch would otherwise be a silent
+// broadcast or dtype conversion. The op is then run synchronously from now on;
+// this launch fails (asynchronously, like any kernel error).
+void checkSameMetadata(const c10::OperatorHandle& op, size_t index, const at::Tensor& allocated,
+                       const at::Tensor& result) {
+  if (allocated.sizes() == result.sizes() && allocated.scalar_type() == result.scalar_type()) return;
+  syncOnlyOps().insert(op.schema().operator_name());
+  TORCH_CHECK(false, "openreg: the Meta and CPU kernels of ", op.schema().operator_name(),
+              " disagree on result ", index, " (Meta: ", allocated.sizes(), " ",
+              allocated.scalar_type(), ", CPU: ", result.sizes(), " ", result.scalar_type(),
+              "); later calls run synchronously. Please report this operator.");
+}
+
+// A result Meta said aliases an input must alias one on the CPU too, or the
+// value the CPU computed would be dropped.
+void checkAliasesInput(const c10::OperatorHandle& op, size_t index, const at::Tensor& result,
+                       const std::vector<at::Tensor>& inputs) {
+  for (const auto& input : inputs)
+    if (result.storage().is_alias_of(input.storage())) return;
+  syncOnlyOps().insert(op.schema().operator_name());
+  TORCH_CHECK(false, "openreg: the Meta kernel of ", op.schema().operator_name(),
+              " returns a view of an input as result ", index,
+              " but the CPU kernel returns a new tensor; later calls run synchronously.");
+}
+
+// In-place random fills (random_, uniform_, normal_, bernoulli_.float,
+// exponential_, ...) validate their scalar arguments in the CPU kernel, which
+// Meta does not: without this, `randint(5, 2)` would fail inside a kernel and
+// leave the stream failed, where CUDA raises on the host. The probe runs the
+// CPU kernel on a one-element host tensor with a throwaway generator (the
+// real generator state is untouched), so the error is the CPU's own.
+void probeRandomFillArguments(const c10::OperatorHandle& op, const IValue* args,
+                              size_t num_args) {
+  const auto& schema = op.schema();
+  int self_index = -1;
+  bool has_generator = false;
+  for (size_t i = 0; i < num_args; ++i) {
+    const auto& a = schema.arguments()[i];
+    if (ArgumentConverter::isGeneratorArg(a)) {
+      has_generator = true;
+    } else if (containsTensor(args[i])) {
+      if (self_index >= 0 || !a.alias_info() || !a.alias_info()->isWrite()) return;
+      self_index = static_cast<int>(i);
+    }
+  }
+  if (!has_generator || self_index < 0) return;
+  torch::jit::Stack probe;
+  for (size_t i = 0; i < num_args; ++i) {
+    if (static_cast<int>(i) == self_index) {
+      probe.emplace_back(at::empty({1}, args[i].toTensor().options().device(c10::kCPU)));
+    } else if (ArgumentConverter::isGeneratorArg(schema.arguments()[i])) {
+      probe.emplace_back(at::make_generator<at::CPUGeneratorImpl>());
+    } else {
+      probe.push_back(args[i]);
+    }
+  }
+  op.redispatchBoxed(kCPUKeys, &probe);
+}
+
 // Returns false (stack untouched) if the op cannot be inferred on Meta.
 bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                           size_t num_args, c10::Device device) {
   const auto& schema = op.schema();
   if (!returnsOnlyTensors(schema) || schema.returns().empty()) return false;
+  if (syncOnlyOps().contains(schema.operator_name())) return false;
   IValue* args = stack->data() + stack->size() - num_args;
 
   ArgumentConverter meta(device.index(), /*to_meta=*/true);
@@ -331,8 +442,11 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   torch::jit::Stack meta_stack(meta_call.args.begin(), meta_call.args.end());
   try {
     op.redispatchBoxed(kMetaKeys, &meta_stack);
-  } catch (const c10::Error&) {
-    return false;  // no Meta kernel, or data-dependent: the sync path decides
+  } catch (const std::exception&) {
+    // No Meta kernel, or a data-dependent one (C++ kernels throw c10::Error;
+    // Python meta registrations such as nonzero's raise NotImplementedError,
+    // which arrives here as a python_error): the sync path decides.
+    return false;
   }
 
   syncInputMetadata(meta_call.originals, meta_call.converted);
@@ -365,7 +479,8 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   std::vector<at::Tensor> writes = fresh;
   for (const auto& t : meta_call.originals) writes.push_back(t);  // conservative
 
-  auto kernel = [op, cpu_args = std::move(cpu_call.args), fresh_views, slots]() mutable {
+  auto kernel = [op, cpu_args = std::move(cpu_call.args), inputs = std::move(cpu_call.converted),
+                 fresh_views, slots]() mutable {
     c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
     torch::jit::Stack cpu_stack(cpu_args.begin(), cpu_args.end());
     op.redispatchBoxed(kCPUKeys, &cpu_stack);
@@ -374,8 +489,15 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
       // Results that alias inputs were written in place; fresh ones move.
       mapTensors(r, [&](const at::Tensor& t) {
         int slot = k < slots.size() ? slots[k] : -1;
+        if (t.defined()) {
+          if (slot >= 0) {
+            checkSameMetadata(op, k, fresh_views[slot], t);
+            fresh_views[slot].copy_(t);
+          } else {
+            checkAliasesInput(op, k, t, inputs);
+          }
+        }
         ++k;
-        if (slot >= 0 && t.defined()) fresh_views[slot].copy_(t);
         return t;
       });
     }
@@ -411,6 +533,14 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::optional<c10::Device> device = findDevice(op, args, num_args);
   TORCH_CHECK(device.has_value(), "openreg fallback: no openreg tensor or device among the "
               "arguments of ", op.schema().name());
+  // The generic path runs the CPU kernel: an op with none (CUDA-only fused
+  // kernels, cuDNN ops) fails here, on the host, rather than in a kernel where
+  // the error would be sticky for the stream.
+  TORCH_CHECK_NOT_IMPLEMENTED(op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU),
+                              "Could not run '", op.schema().name(), "' with arguments from the "
+                              "'openreg' backend: it has no native openreg kernel and no CPU "
+                              "kernel for the generic path to run.");
+  probeRandomFillArguments(op, args, num_args);
   c10::DeviceGuard guard(*device);
   if (tryRunAsynchronously(op, stack, num_args, *device)) {
     logFallback(op, true);

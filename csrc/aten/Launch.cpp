@@ -19,6 +19,9 @@ at::Tensor kernelView(const at::Tensor& t) {
   auto view = at::detail::make_tensor<c10::TensorImpl>(
       std::move(alias), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
   view.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  // Lazy conjugation / negation are part of the value (copy_ resolves them).
+  view._set_conj(t.is_conj());
+  view._set_neg(t.is_neg());
   return view;
 }
 

@@ -100,6 +100,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("where.self", TORCH_FN(where));
 }
 
+// _copy_from sees lazily conjugated / negated tensors as they are (kernelView
+// keeps the bits and the CPU copy_ resolves them). Without this, the math-bit
+// fallbacks materialise the source by clone(), which copies through
+// _copy_from again: endless recursion.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
 }

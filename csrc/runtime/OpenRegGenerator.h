@@ -7,7 +7,7 @@
 // numbers on openreg as on the CPU. Generator state is read and written by
 // kernels on streams: the Python API synchronises the device before touching
 // it (see openreg/random.py).
-// Tests: tests/runtime/test_random.py.
+// Tests: tests/runtime/test_generators.py.
 #pragma once
 
 #include <ATen/core/Generator.h>

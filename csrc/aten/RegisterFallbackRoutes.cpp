@@ -1,0 +1,27 @@
+// PyTorch hook: operators sent to the generic fallback (Fallback.cpp) although
+// PyTorch has a CompositeExplicitAutograd kernel that PrivateUse1 would pick
+// over a backend fallback. Only TORCH_LIBRARY_IMPL blocks live here.
+//
+// Why each group is routed (tests: tests/ops/test_opinfo.py):
+//  - (_)convolution, convolution_backward: the composite kernels end in
+//    convolution_overrideable, which throws for backends other than CPU/CUDA.
+//  - addr, native_layer_norm, native_group_norm, linalg__powsum: the composite
+//    kernels are math decompositions that round differently from the CPU
+//    kernels (and native_layer_norm returns reduced-precision statistics where
+//    the CPU returns float32); openreg promises CPU-exact numbers.
+// A native openreg kernel registered for one of these later replaces the route.
+#include <torch/library.h>
+
+#include "Kernels.h"
+
+namespace openreg::kernels {
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  const auto route = [] { return torch::CppFunction::makeFromBoxedFunction<&fallback>(); };
+  for (const char* name : {"convolution", "convolution_backward", "_convolution",
+                           "_convolution.deprecated", "addr", "addr.out",
+                           "native_layer_norm", "native_group_norm", "linalg__powsum"})
+    m.impl(name, route());
+}
+
+}  // namespace openreg::kernels

@@ -1,0 +1,27 @@
+"""Shared pytest setup for tests/ops: puts this folder on sys.path (for
+common.py / expected_failures.py) and sums the OpInfo per-sample counts that
+test_opinfo.py records, also across pytest-xdist workers."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+_samples = {"passed": 0, "total": 0, "xfail_tests": 0}
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "call" or "test_opinfo.py" not in report.nodeid:
+        return
+    _samples["xfail_tests"] += hasattr(report, "wasxfail")
+    for name, value in report.user_properties:
+        if name == "opinfo_samples":
+            passed, total = value
+            _samples["passed"] += passed
+            _samples["total"] += total
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _samples["total"]:
+        terminalreporter.write_line(
+            f"OpInfo samples: {_samples['passed']}/{_samples['total']} passed on openreg "
+            f"(op/dtype pairs expected to fail: {_samples['xfail_tests']})")

@@ -1,0 +1,94 @@
+"""Tensors on different devices in one op raise CUDA's error.
+
+CUDA's rule: all tensors of an op on one device, except 0-dim CPU tensors
+(treated as scalars) and a few ops that take host tensors on purpose
+(indices for advanced indexing). The check happens on the host, before any
+kernel is queued, so the device stays usable afterwards.
+"""
+import pytest
+import torch
+
+SAME_DEVICE = "Expected all tensors to be on the same device"
+# Some ATen ops check devices themselves, with their own wording (as on CUDA).
+OWN_CHECK = {"index_add": "expected to be in the same device"}
+
+BINARY_OPS = {
+    "add": lambda x, y: x + y,
+    "mul_": lambda x, y: x.mul_(y),
+    "mm": lambda x, y: torch.mm(x, y),
+    "matmul": lambda x, y: x @ y,
+    "cat": lambda x, y: torch.cat([x, y]),
+    "stack": lambda x, y: torch.stack([x, y]),
+    "where": lambda x, y: torch.where(x > 0, x, y),
+    "addcmul": lambda x, y: torch.addcmul(x, x, y),
+    "maximum": lambda x, y: torch.maximum(x, y),
+    "masked_select": lambda x, y: torch.masked_select(x, y > 0),  # data-dependent path
+    "add_out": lambda x, y: torch.add(x, x, out=y),
+    "lerp": lambda x, y: torch.lerp(x, y, 0.5),
+    "index_add": lambda x, y: x.index_add(0, torch.tensor([0, 1], device=x.device), y[:2]),
+    "linear": lambda x, y: torch.nn.functional.linear(x, y),
+    "conv2d": lambda x, y: torch.nn.functional.conv2d(x.view(1, 1, 4, 4), y.view(1, 1, 4, 4)),
+}
+
+PAIRS = {
+    "openreg0-openreg1": ("openreg:0", "openreg:1"),
+    "openreg1-openreg0": ("openreg:1", "openreg:0"),
+    "openreg-cpu": ("openreg:0", "cpu"),
+    "cpu-openreg": ("cpu", "openreg:0"),
+}
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("name", BINARY_OPS)
+def test_mixed_devices_raise(name, pair):
+    first, second = PAIRS[pair]
+    x = torch.randn(4, 4, device=first)
+    y = torch.randn(4, 4, device=second)
+    with pytest.raises(RuntimeError, match=OWN_CHECK.get(name, SAME_DEVICE)):
+        BINARY_OPS[name](x, y)
+    # The check ran on the host: nothing failed on a stream.
+    z = torch.ones(2, device="openreg:0") * 2
+    assert z.cpu().tolist() == [2.0, 2.0]
+    torch.openreg.synchronize(0)
+    torch.openreg.synchronize(1)
+
+
+def test_message_names_both_devices():
+    x = torch.randn(3, device="openreg:0")
+    with pytest.raises(RuntimeError, match=r"openreg:0 and openreg:1"):
+        x + torch.randn(3, device="openreg:1")
+
+
+def test_zero_dim_cpu_tensor_is_a_scalar():
+    x = torch.arange(4.0, device="openreg")
+    y = x * torch.tensor(3.0)
+    assert y.device.type == "openreg"
+    assert y.cpu().tolist() == [0.0, 3.0, 6.0, 9.0]
+    assert torch.where(x > 1, x, torch.tensor(-1.0)).cpu().tolist() == [-1.0, -1.0, 2.0, 3.0]
+
+
+def test_cpu_index_tensors_are_accepted():
+    # CUDA accepts CPU index tensors for advanced indexing.
+    x = torch.arange(6.0, device="openreg")
+    index = torch.tensor([4, 1])
+    assert x[index].cpu().tolist() == [4.0, 1.0]
+    x[index] = torch.tensor([-1.0, -2.0], device="openreg")
+    assert x.cpu().tolist() == [0.0, -2.0, 2.0, 3.0, -1.0, 5.0]
+
+
+def test_copy_between_devices_is_allowed():
+    x = torch.randn(5, device="openreg:0")
+    y = torch.empty(5, device="openreg:1")
+    y.copy_(x)
+    assert torch.equal(y.cpu(), x.cpu())
+    assert torch.equal(x.to("openreg:1").cpu(), x.cpu())
+    assert x.to("openreg:1").device == torch.device("openreg:1")
+
+
+def test_op_runs_on_its_inputs_device():
+    # Not the current device: the op must follow its inputs (device guard).
+    x = torch.randn(3, device="openreg:1")
+    y = (x + 1).sin()
+    assert y.device == torch.device("openreg:1")
+    assert torch.openreg.current_device() == 0
+    torch.testing.assert_close(y.cpu(), (x.cpu() + 1).sin())
