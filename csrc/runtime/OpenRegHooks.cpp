@@ -1,7 +1,7 @@
 // PyTorch hook: at::PrivateUse1HooksInterface, registered with
 // at::RegisterPrivateUse1HooksInterface. ATen asks it for device count,
 // generators, pinned memory and storage resizing of "openreg" tensors.
-// Tests: tests/runtime/test_device.py, test_random.py, test_pinned.py.
+// Tests: tests/runtime/test_device.py, test_generators.py, test_pinned.py.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
 #include <c10/core/Storage.h>
