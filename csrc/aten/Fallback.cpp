@@ -33,6 +33,7 @@
 #include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegGenerator.h"
 #include "../runtime/OpenRegStream.h"
+#include "InferenceCache.h"
 #include "Kernels.h"
 #include "Launch.h"
 
@@ -430,12 +431,148 @@ void probeRandomFillArguments(const c10::OperatorHandle& op, const IValue* args,
 }
 
 // Returns false (stack untouched) if the op cannot be inferred on Meta.
+// Queues the op's CPU kernel over kernel views; fresh results are copied into
+// `fresh` (slots[k]: fresh index of the k-th returned tensor, or -1).
+void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t num_args,
+                     c10::Device device, const std::vector<at::Tensor>& originals,
+                     const std::vector<at::Tensor>& fresh, std::vector<int> slots) {
+  ArgumentConverter cpu(device.index(), /*to_meta=*/false);
+  PreparedCall cpu_call = prepare(op.schema(), args, num_args, cpu);
+  std::vector<at::Tensor> fresh_views;
+  for (const auto& f : fresh) fresh_views.push_back(kernelView(f));
+  std::vector<at::Tensor> writes = fresh;
+  for (const auto& t : originals) writes.push_back(t);  // conservative
+
+  auto kernel = [op, cpu_args = std::move(cpu_call.args), inputs = std::move(cpu_call.converted),
+                 fresh_views, slots = std::move(slots)]() mutable {
+    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+    torch::jit::Stack cpu_stack(cpu_args.begin(), cpu_args.end());
+    op.redispatchBoxed(kCPUKeys, &cpu_stack);
+    size_t k = 0;
+    for (const IValue& r : cpu_stack) {
+      // Results that alias inputs were written in place; fresh ones move.
+      mapTensors(r, [&](const at::Tensor& t) {
+        int slot = k < slots.size() ? slots[k] : -1;
+        if (t.defined()) {
+          if (slot >= 0) {
+            checkSameMetadata(op, k, fresh_views[slot], t);
+            fresh_views[slot].copy_(t);
+          } else {
+            checkAliasesInput(op, k, t, inputs);
+          }
+        }
+        ++k;
+        return t;
+      });
+    }
+  };
+  launchKernel(getCurrentStream(device.index()), std::move(kernel), originals, writes);
+}
+
+// What the Meta run says about each returned tensor, for the inference cache.
+std::shared_ptr<CachedInference> describeInference(const torch::jit::Stack& meta_stack,
+                                                   const ArgumentConverter& meta,
+                                                   const PreparedCall& call) {
+  auto entry = std::make_shared<CachedInference>();
+  for (const auto& c : call.converted) entry->inputs_after.push_back(metaOf(c));
+  for (const IValue& r : meta_stack) {
+    const at::Tensor& m = r.toTensor();
+    CachedOutput out;
+    if (!m.defined()) {
+      out.kind = CachedOutput::Kind::kUndefined;
+    } else {
+      out.meta = metaOf(m);
+      for (size_t i = 0; i < call.converted.size() && out.input < 0; ++i) {
+        if (m.unsafeGetTensorImpl() == call.converted[i].unsafeGetTensorImpl()) {
+          out.kind = CachedOutput::Kind::kSameAsInput;
+          out.input = static_cast<int>(i);
+        }
+      }
+      if (c10::StorageImpl* original = out.input < 0 ? meta.originalOf(m.storage().unsafeGetStorageImpl()) : nullptr) {
+        for (size_t i = 0; i < call.originals.size() && out.input < 0; ++i) {
+          if (call.originals[i].storage().unsafeGetStorageImpl() == original) {
+            out.kind = CachedOutput::Kind::kViewOfInput;
+            out.input = static_cast<int>(i);
+          }
+        }
+      }
+    }
+    entry->outputs.push_back(std::move(out));
+  }
+  return entry;
+}
+
+void applyMetadata(const at::Tensor& t, const CachedTensorMeta& m) {
+  if (t.sizes() == m.sizes && t.strides() == m.strides && t.storage_offset() == m.offset) return;
+  size_t itemsize = t.dtype().itemsize();
+  size_t needed = at::detail::computeStorageNbytes(m.sizes, m.strides, itemsize, m.offset);
+  int64_t numel = c10::multiply_integers(m.sizes);
+  if (numel > 0 && needed > t.storage().nbytes())
+    resize_(t, c10::fromIntArrayRefSlow({static_cast<int64_t>(needed / itemsize)}), std::nullopt);
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes, m.strides, m.offset);
+}
+
+// The cached path: outputs from a previous Meta run with the same signature.
+void runCached(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args,
+               c10::Device device, const CachedInference& entry) {
+  IValue* args = stack->data() + stack->size() - num_args;
+  std::vector<at::Tensor> originals;
+  for (size_t i = 0; i < num_args; ++i)
+    forEachTensor(args[i], [&](const at::Tensor& t) {
+      if (isOpenReg(t)) originals.push_back(t);
+    });
+  for (size_t i = 0; i < originals.size() && i < entry.inputs_after.size(); ++i)
+    applyMetadata(originals[i], entry.inputs_after[i]);
+
+  std::vector<IValue> results;
+  std::vector<at::Tensor> fresh;
+  std::vector<int> slots;
+  for (const CachedOutput& out : entry.outputs) {
+    slots.push_back(-1);
+    switch (out.kind) {
+      case CachedOutput::Kind::kUndefined:
+        results.emplace_back(at::Tensor());
+        break;
+      case CachedOutput::Kind::kSameAsInput:
+        results.emplace_back(originals[out.input]);
+        break;
+      case CachedOutput::Kind::kViewOfInput: {
+        auto view = at::detail::make_tensor<c10::TensorImpl>(
+            c10::Storage(originals[out.input].storage()),
+            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::scalarTypeToTypeMeta(out.meta.dtype));
+        view.unsafeGetTensorImpl()->set_sizes_and_strides(out.meta.sizes, out.meta.strides,
+                                                          out.meta.offset);
+        results.emplace_back(std::move(view));
+        break;
+      }
+      case CachedOutput::Kind::kFresh:
+        slots.back() = static_cast<int>(fresh.size());
+        fresh.push_back(allocateOutput(out.meta.sizes, out.meta.strides,
+                                       at::TensorOptions().dtype(out.meta.dtype).device(device)));
+        results.emplace_back(fresh.back());
+        break;
+    }
+  }
+  launchCpuKernel(op, args, num_args, device, originals, fresh, std::move(slots));
+  torch::jit::drop(*stack, num_args);
+  for (auto& r : results) stack->push_back(std::move(r));
+}
+
 bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                           size_t num_args, c10::Device device) {
   const auto& schema = op.schema();
   if (!returnsOnlyTensors(schema) || schema.returns().empty()) return false;
   if (syncOnlyOps().contains(schema.operator_name())) return false;
   IValue* args = stack->data() + stack->size() - num_args;
+
+  std::optional<std::string> key = inferenceKey(op, args, num_args);
+  if (key) {
+    if (auto entry = lookupInference(*key)) {
+      if (entry->synchronous) return false;
+      runCached(op, stack, num_args, device, *entry);
+      return true;
+    }
+  }
 
   ArgumentConverter meta(device.index(), /*to_meta=*/true);
   PreparedCall meta_call = prepare(schema, args, num_args, meta);
@@ -446,8 +583,14 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
     // No Meta kernel, or a data-dependent one (C++ kernels throw c10::Error;
     // Python meta registrations such as nonzero's raise NotImplementedError,
     // which arrives here as a python_error): the sync path decides.
+    if (key) {
+      auto entry = std::make_shared<CachedInference>();
+      entry->synchronous = true;
+      storeInference(*key, std::move(entry));
+    }
     return false;
   }
+  if (key) storeInference(*key, describeInference(meta_stack, meta, meta_call));
 
   syncInputMetadata(meta_call.originals, meta_call.converted);
 
@@ -472,38 +615,7 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
     }));
   }
 
-  ArgumentConverter cpu(device.index(), /*to_meta=*/false);
-  PreparedCall cpu_call = prepare(schema, args, num_args, cpu);
-  std::vector<at::Tensor> fresh_views;
-  for (const auto& f : fresh) fresh_views.push_back(kernelView(f));
-  std::vector<at::Tensor> writes = fresh;
-  for (const auto& t : meta_call.originals) writes.push_back(t);  // conservative
-
-  auto kernel = [op, cpu_args = std::move(cpu_call.args), inputs = std::move(cpu_call.converted),
-                 fresh_views, slots]() mutable {
-    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
-    torch::jit::Stack cpu_stack(cpu_args.begin(), cpu_args.end());
-    op.redispatchBoxed(kCPUKeys, &cpu_stack);
-    size_t k = 0;
-    for (const IValue& r : cpu_stack) {
-      // Results that alias inputs were written in place; fresh ones move.
-      mapTensors(r, [&](const at::Tensor& t) {
-        int slot = k < slots.size() ? slots[k] : -1;
-        if (t.defined()) {
-          if (slot >= 0) {
-            checkSameMetadata(op, k, fresh_views[slot], t);
-            fresh_views[slot].copy_(t);
-          } else {
-            checkAliasesInput(op, k, t, inputs);
-          }
-        }
-        ++k;
-        return t;
-      });
-    }
-  };
-  launchKernel(getCurrentStream(device.index()), std::move(kernel), meta_call.originals, writes);
-
+  launchCpuKernel(op, args, num_args, device, meta_call.originals, fresh, std::move(slots));
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->push_back(std::move(r));
   return true;

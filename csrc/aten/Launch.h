@@ -19,6 +19,11 @@ namespace openreg {
 // synchronisation): device memory is not ordered with the host otherwise.
 at::Tensor kernelView(const at::Tensor& t);
 
+// A device tensor for a kernel output, allocated straight from the caching
+// allocator on options' device (empty strides: contiguous).
+at::Tensor allocateOutput(at::IntArrayRef sizes, at::IntArrayRef strides,
+                          const at::TensorOptions& options);
+
 // Queue `kernel` on `stream`. Raises if an earlier kernel on it failed.
 void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
                   const std::vector<at::Tensor>& reads = {},

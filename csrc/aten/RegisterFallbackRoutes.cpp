@@ -5,11 +5,9 @@
 // Why each group is routed (tests: tests/ops/test_opinfo.py):
 //  - (_)convolution, convolution_backward: the composite kernels end in
 //    convolution_overrideable, which throws for backends other than CPU/CUDA.
-//  - addr, native_layer_norm, native_group_norm, linalg__powsum: the composite
-//    kernels are math decompositions that round differently from the CPU
-//    kernels (and native_layer_norm returns reduced-precision statistics where
-//    the CPU returns float32); openreg promises CPU-exact numbers.
-// A native openreg kernel registered for one of these later replaces the route.
+//  - addr, native_group_norm, linalg__powsum: the composite kernels are math
+//    decompositions that round differently from the CPU kernels; openreg
+//    promises CPU-exact numbers. (native_layer_norm has a native kernel, Nn.cpp.)
 #include <torch/library.h>
 
 #include "Kernels.h"
@@ -20,7 +18,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   const auto route = [] { return torch::CppFunction::makeFromBoxedFunction<&fallback>(); };
   for (const char* name : {"convolution", "convolution_backward", "_convolution",
                            "_convolution.deprecated", "addr", "addr.out",
-                           "native_layer_norm", "native_group_norm", "linalg__powsum"})
+                           "native_group_norm", "linalg__powsum"})
     m.impl(name, route());
 }
 

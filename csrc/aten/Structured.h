@@ -26,9 +26,6 @@
 
 namespace openreg {
 
-// A device tensor for a kernel output, allocated on options' device.
-at::Tensor allocateOutput(at::IntArrayRef sizes, at::IntArrayRef strides, const at::TensorOptions& options);
-
 // What a structured meta function sees as the outputs: fresh device tensors
 // (functional), or `self` (in-place).
 template <class Meta, size_t kOutputs = 1>
