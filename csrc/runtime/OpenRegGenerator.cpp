@@ -1,9 +1,13 @@
 #include "OpenRegGenerator.h"
 
 #include <array>
+#include <cstring>
+#include <map>
 #include <mutex>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/EmptyTensor.h>
+#include <c10/core/GeneratorImpl.h>
 #include <c10/core/GeneratorImpl.h>
 
 #include "OpenRegFunctions.h"
@@ -11,34 +15,96 @@
 namespace openreg {
 namespace {
 
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// State as PyTorch's distributed RNG expects of an accelerator (CUDA's Philox
+// layout): 16 bytes, a uint64 seed then a uint64 offset. Draws come from a CPU
+// generator, so a seed reproduces the CPU's own sequence; the offset counts
+// kernels that drew numbers. Restoring a state captured by get_state() resumes
+// that exact sequence; any other (seed, offset) — e.g. DTensor's per-shard
+// offsets — starts a sequence derived from both (offset 0: the seed itself).
 class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
  public:
   explicit OpenRegGeneratorImpl(c10::DeviceIndex device, uint64_t seed = c10::default_rng_seed_val)
       : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device),
-                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
-        cpu_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {
+    set_current_seed(seed);
+  }
 
-  void set_current_seed(uint64_t seed) override { cpu_.set_current_seed(seed); }
-  void set_offset(uint64_t offset) override { cpu_.set_offset(offset); }
-  uint64_t get_offset() const override { return cpu_.get_offset(); }
-  uint64_t current_seed() const override { return cpu_.current_seed(); }
-  uint64_t seed() override { return cpu_.seed(); }
-  void set_state(const c10::TensorImpl& state) override { cpu_.unsafeGetGeneratorImpl()->set_state(state); }
+  void set_current_seed(uint64_t seed) override {
+    seed_ = seed;
+    offset_ = 0;
+    snapshots_.clear();
+    cpu_ = at::make_generator<at::CPUGeneratorImpl>(seed);
+  }
+  void set_offset(uint64_t offset) override { restore(seed_, offset); }
+  uint64_t get_offset() const override { return offset_; }
+  uint64_t current_seed() const override { return seed_; }
+  uint64_t seed() override {
+    uint64_t random = c10::detail::getNonDeterministicRandom();
+    set_current_seed(random);
+    return random;
+  }
+  void set_state(const c10::TensorImpl& state) override {
+    TORCH_CHECK(state.dtype() == caffe2::TypeMeta::Make<uint8_t>() && state.numel() == kStateBytes,
+                "RNG state for openreg must be a torch.ByteTensor of ", kStateBytes,
+                " bytes (seed and offset), got ", state.numel(), " elements of ", state.dtype());
+    uint64_t words[2];
+    std::memcpy(words, state.data(), kStateBytes);
+    restore(words[0], words[1]);
+  }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
-    return cpu_.unsafeGetGeneratorImpl()->get_state();
+    // Remember the exact CPU sequence position so set_state can resume it.
+    if (snapshots_.size() >= kMaxSnapshots) snapshots_.erase(snapshots_.begin());
+    snapshots_[{seed_, offset_}] = cpu_.clone();
+    auto state = at::detail::empty_cpu({kStateBytes}, at::kByte, std::nullopt, std::nullopt,
+                                       std::nullopt, std::nullopt);
+    uint64_t words[2] = {seed_, offset_};
+    std::memcpy(state.data_ptr(), words, kStateBytes);
+    return state.getIntrusivePtr();
   }
   static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
 
-  const at::Generator& cpu() const { return cpu_; }
+  // The CPU generator a random kernel draws from; counts the kernel.
+  const at::Generator& forKernel() {
+    offset_ += kOffsetPerKernel;
+    return cpu_;
+  }
 
  private:
+  static constexpr int64_t kStateBytes = 16;
+  static constexpr uint64_t kOffsetPerKernel = 4;
+  static constexpr size_t kMaxSnapshots = 16;
+
+  void restore(uint64_t seed, uint64_t offset) {
+    if (seed == seed_ && offset == offset_) return;
+    auto it = snapshots_.find({seed, offset});
+    if (it != snapshots_.end()) {
+      cpu_ = it->second.clone();
+    } else {
+      cpu_ = at::make_generator<at::CPUGeneratorImpl>(offset == 0 ? seed
+                                                                  : splitmix64(seed ^ splitmix64(offset)));
+    }
+    seed_ = seed;
+    offset_ = offset;
+  }
+
   OpenRegGeneratorImpl* clone_impl() const override {
-    auto* copy = new OpenRegGeneratorImpl(device().index());
+    auto* copy = new OpenRegGeneratorImpl(device().index(), seed_);
     copy->cpu_ = cpu_.clone();
+    copy->offset_ = offset_;
     return copy;
   }
 
   at::Generator cpu_;
+  uint64_t seed_ = 0;
+  uint64_t offset_ = 0;
+  mutable std::map<std::pair<uint64_t, uint64_t>, at::Generator> snapshots_;
 };
 
 constexpr int kMaxDevices = 64;
@@ -63,7 +129,8 @@ at::Generator createGenerator(c10::DeviceIndex device) {
 at::Generator cpuGeneratorOf(const at::Generator& generator) {
   auto* impl = dynamic_cast<OpenRegGeneratorImpl*>(generator.unsafeGetGeneratorImpl());
   TORCH_CHECK(impl, "Expected an openreg generator, got one for ", generator.device());
-  return impl->cpu();
+  std::lock_guard<std::mutex> lock(impl->mutex_);
+  return impl->forKernel();
 }
 
 }  // namespace openreg

@@ -1,4 +1,5 @@
 """Per-device generators (csrc/runtime/OpenRegGenerator.cpp, openreg/random.py)."""
+import pytest
 import torch
 
 
@@ -23,6 +24,7 @@ def test_torch_manual_seed_seeds_openreg():
 
 
 def test_rng_state_round_trip():
+    """The state has CUDA's 16-byte (seed, offset) layout; restoring resumes exactly."""
     state = torch.openreg.get_rng_state()
     a = torch.rand(20, device="openreg").cpu()
     torch.openreg.set_rng_state(state)
@@ -39,3 +41,15 @@ def test_devices_have_independent_generators():
         a = torch.rand(10, device="openreg").cpu()
     b = torch.rand(10, device="openreg:0").cpu()
     assert torch.equal(a, b)  # both seeded with 5, neither advanced the other
+
+
+def test_state_layout_and_offset():
+    torch.openreg.manual_seed(11)
+    state = torch.openreg.get_rng_state()
+    assert state.dtype == torch.uint8 and state.numel() == 16
+    assert state[:8].view(torch.int64).item() == 11
+    assert state[8:].view(torch.int64).item() == 0
+    torch.rand(3, device="openreg")
+    assert torch.openreg.get_rng_state()[8:].view(torch.int64).item() > 0
+    with pytest.raises(RuntimeError, match="16 bytes"):
+        torch.openreg.set_rng_state(torch.zeros(5, dtype=torch.uint8))
