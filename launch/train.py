@@ -31,7 +31,7 @@ CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "corpu
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--strategy", choices=STRATEGIES, default="ddp")
-    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--steps", type=int, default=800)
     p.add_argument("--global-batch", type=int, default=16, help="sequences per step, all ranks together")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--n-layer", type=int, default=2)
@@ -47,7 +47,7 @@ def parse_args(argv=None):
     p.add_argument("--checkpoint-every", type=int, default=0)
     p.add_argument("--resume", action="store_true", help="resume from --checkpoint-dir if present")
     p.add_argument("--out-dir", default="runs/latest", help="where the plot and summary go")
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-plot", action="store_true")
     return p.parse_args(argv)
