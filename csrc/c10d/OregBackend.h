@@ -184,6 +184,8 @@ class OregBackend final : public c10d::Backend {
   std::vector<Op> deadOps_;            // GUARDED_BY(mutex_)
   std::vector<InFlight> deadFlights_;  // GUARDED_BY(mutex_)
   std::thread worker_;
+  std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
+  Clock::duration spin_{};      // how long an idle worker polls before sleeping
 
   // Worker-only state.
   std::vector<InFlight> inflight_;

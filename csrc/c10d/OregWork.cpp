@@ -5,6 +5,8 @@
 #include "../aten/Launch.h"
 #include "../runtime/OpenRegStream.h"
 
+#include <thread>
+
 namespace openreg::ccl {
 
 OregWork::OregWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int device,
@@ -71,6 +73,7 @@ void OregWork::Completion::set(std::exception_ptr e) {
     done = true;
     error = e;
   }
+  polled.store(true, std::memory_order_release);
   cv.notify_all();
 }
 
@@ -85,6 +88,10 @@ void OregWork::waitDone() {
 }
 
 bool OregWork::waitHost(std::chrono::milliseconds timeout) {
+  // Most small operations finish within microseconds: poll a little before
+  // sleeping on the condition variable (a wake-up costs about as much).
+  for (int i = 0; i < 200 && !completion_->polled.load(std::memory_order_acquire); ++i)
+    std::this_thread::yield();
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == ::kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });

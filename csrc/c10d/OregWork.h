@@ -52,6 +52,7 @@ class OregWork : public c10d::Work {
     std::mutex mutex;
     std::condition_variable cv;
     bool done = false;             // GUARDED_BY(mutex)
+    std::atomic<bool> polled{false};  // == done, for lock-free polling
     std::exception_ptr error;      // GUARDED_BY(mutex)
     void wait();
     void set(std::exception_ptr e);
