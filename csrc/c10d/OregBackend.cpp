@@ -11,6 +11,7 @@
 
 #include "../aten/Launch.h"
 #include "../runtime/OpenRegStream.h"
+#include "Config.h"
 #include "Staging.h"
 #include "shm/ShmTransport.h"
 
@@ -71,6 +72,7 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
         return std::string(v.begin(), v.end());
       }};
   transport_ = ShmTransport::connect(rank, size, rdv);
+  spin_ = std::chrono::microseconds(config().spinUsFor(size));
   worker_ = std::thread([this] { workerLoop(); });
 }
 
@@ -86,6 +88,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                                                   const std::vector<at::Tensor>& outputs,
                                                   std::chrono::milliseconds timeout, Body body,
                                                   Post post, bool blockHost, int readyDevice) {
+  drainGraveyard();
   {
     std::lock_guard<std::mutex> g(mutex_);
     if (shutDown_)
@@ -130,6 +133,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   {
     std::lock_guard<std::mutex> g(mutex_);
     queue_.push_back(std::move(op));
+    queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
   transport_->wakeup();
@@ -141,12 +145,19 @@ void OregBackend::workerLoop() {
   for (;;) {
     Op op;
     bool have = false, stop = false;
+    // Small operations come in bursts: poll the queue briefly before sleeping,
+    // which saves a futex wake-up per operation when every rank has a core.
+    for (auto until = Clock::now() + spin_; queued_.load(std::memory_order_acquire) == 0 &&
+                                             inflight_.empty() && Clock::now() < until;) {
+      std::this_thread::yield();
+    }
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return !queue_.empty() || stopping_ || (!inflight_.empty() && !broken_); });
       if (!queue_.empty()) {
         op = std::move(queue_.front());
         queue_.pop_front();
+        queued_.fetch_sub(1, std::memory_order_release);
         running_ = have = true;
       } else {
         stop = stopping_;
@@ -157,6 +168,7 @@ void OregBackend::workerLoop() {
       {
         std::lock_guard<std::mutex> g(mutex_);
         running_ = false;
+        deadOps_.push_back(std::move(op));
       }
       cv_.notify_all();
       continue;
@@ -213,14 +225,30 @@ void OregBackend::sweepInFlight() {
       OREG_CCL_THROW(why);
     }
   }
-  inflight_.erase(std::remove_if(inflight_.begin(), inflight_.end(),
-                                 [](const InFlight& f) { return f.req->done.load(); }),
-                  inflight_.end());
+  auto done = std::stable_partition(inflight_.begin(), inflight_.end(),
+                                    [](const InFlight& f) { return !f.req->done.load(); });
+  if (done == inflight_.end()) return;
+  std::lock_guard<std::mutex> g(mutex_);
+  for (auto it = done; it != inflight_.end(); ++it) deadFlights_.push_back(std::move(*it));
+  inflight_.erase(done, inflight_.end());
+}
+
+void OregBackend::drainGraveyard() {
+  std::vector<Op> ops;
+  std::vector<InFlight> flights;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    ops.swap(deadOps_);
+    flights.swap(deadFlights_);
+  }
+  // Released here, on the caller's thread, outside the lock.
 }
 
 void OregBackend::failAll(std::exception_ptr error) {
   if (!broken_) broken_ = error;
   for (auto& f : inflight_) f.work->complete(error);
+  std::lock_guard<std::mutex> g(mutex_);
+  for (auto& f : inflight_) deadFlights_.push_back(std::move(f));
   inflight_.clear();
 }
 
@@ -236,7 +264,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::send(std::vector<at::Tensor>& tensor
     auto s = std::make_shared<Staged>(stage(t, t.scalar_type(), /*load=*/true));
     RequestPtr req = c.transport.isend(Channel::kP2P, dstRank, static_cast<uint64_t>(tag), c.what,
                                        s->buf.data_ptr(), s->buf.nbytes());
-    onDone(req, [work, s] { work->complete(nullptr); });
+    // Raw pointer: the in-flight entry owns the work until it completes.
+    onDone(req, [w = work.get(), s] { w->complete(nullptr); });
     return req;
   };
   return enqueue(c10d::OpType::SEND, "send", describe(t) + " to " + std::to_string(dstRank),
@@ -257,10 +286,10 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensor
         Channel::kP2P, srcRank, static_cast<uint64_t>(tag), c.what, s->buf.nbytes(),
         [base](const void* piece, size_t off, size_t n) { std::memcpy(base + off, piece, n); });
     Request* raw = req.get();
-    onDone(req, [work, s, raw] {
+    onDone(req, [w = work.get(), s, raw] {
       unstage(*s);
-      work->setSourceRank(raw->peer);
-      work->complete(nullptr);
+      w->setSourceRank(raw->peer);
+      w->complete(nullptr);
     });
     return req;
   };
@@ -337,6 +366,7 @@ void OregBackend::shutdown() {
     left.swap(queue_);
   }
   for (auto& op : left) op.work->complete(error);
+  drainGraveyard();
 }
 
 void OregBackend::abort() {

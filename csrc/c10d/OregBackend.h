@@ -152,6 +152,13 @@ class OregBackend final : public c10d::Backend {
   void runOp(Op& op);
   void sweepInFlight();
   void failAll(std::exception_ptr error);
+  // The worker never drops the last reference to an operation's tensors or
+  // work: a tensor whose Python object died first is kept alive by C++, and
+  // releasing it takes the GIL, which the caller may hold while it waits for
+  // the worker (e.g. in Work.sourceRank()). Finished operations are
+  // parked here and released on the caller's thread (next enqueue, shutdown).
+  void bury(Op&& op);
+  void drainGraveyard();
   c10::intrusive_ptr<c10d::Work> reduceScatterImpl(std::vector<at::Tensor> outputs,
                                                    std::vector<at::Tensor> inputs,
                                                    const c10d::ReduceScatterOptions& opts,
@@ -174,7 +181,11 @@ class OregBackend final : public c10d::Backend {
   bool stopping_ = false;  // GUARDED_BY(mutex_)
   bool running_ = false;   // GUARDED_BY(mutex_): the worker is executing an op
   bool shutDown_ = false;  // GUARDED_BY(mutex_)
+  std::vector<Op> deadOps_;            // GUARDED_BY(mutex_)
+  std::vector<InFlight> deadFlights_;  // GUARDED_BY(mutex_)
   std::thread worker_;
+  std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
+  Clock::duration spin_{};      // how long an idle worker polls before sleeping
 
   // Worker-only state.
   std::vector<InFlight> inflight_;

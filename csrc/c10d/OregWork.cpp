@@ -5,6 +5,8 @@
 #include "../aten/Launch.h"
 #include "../runtime/OpenRegStream.h"
 
+#include <thread>
+
 namespace openreg::ccl {
 
 OregWork::OregWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int device,
@@ -20,6 +22,10 @@ OregWork::OregWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
           c10::ListType::create(c10::TensorType::get()))) {}
 
 int OregWork::sourceRank() const {
+  // The sender is only known once the message arrived: for openreg tensors,
+  // whose wait() does not block the host, this is where the host waits.
+  const_cast<OregWork*>(this)->waitDone();
+  if (auto e = exception()) std::rethrow_exception(e);
   int r = sourceRank_.load();
   TORCH_CHECK(r >= 0, "sourceRank() is only available for a completed recv from any source");
   return r;
@@ -38,6 +44,7 @@ void OregWork::complete(std::exception_ptr error) {
     exception_ = error;
     callbacks.swap(callbacks_);
   }
+  completion_->set(error);
   cv_.notify_all();
   for (auto& cb : callbacks) cb(error);
   // Future callbacks (DDP's hooks) run here, on the worker thread.
@@ -60,12 +67,31 @@ void OregWork::whenDone(std::function<void(std::exception_ptr)> fn) {
   fn(error);
 }
 
+void OregWork::Completion::set(std::exception_ptr e) {
+  {
+    std::lock_guard<std::mutex> g(mutex);
+    done = true;
+    error = e;
+  }
+  polled.store(true, std::memory_order_release);
+  cv.notify_all();
+}
+
+void OregWork::Completion::wait() {
+  std::unique_lock<std::mutex> lock(mutex);
+  cv.wait(lock, [&] { return done; });
+}
+
 void OregWork::waitDone() {
   std::unique_lock<std::mutex> lock(mutex_);
   cv_.wait(lock, [&] { return completed_; });
 }
 
 bool OregWork::waitHost(std::chrono::milliseconds timeout) {
+  // Most small operations finish within microseconds: poll a little before
+  // sleeping on the condition variable (a wake-up costs about as much).
+  for (int i = 0; i < 200 && !completion_->polled.load(std::memory_order_acquire); ++i)
+    std::this_thread::yield();
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == ::kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });
@@ -88,10 +114,15 @@ void OregWork::blockStream() {
   // The stream waits for the operation; a failure surfaces as the stream's
   // asynchronous error (like a failed NCCL kernel), and wait() on a work that
   // already failed raises directly.
-  auto self = c10::intrusive_ptr<OregWork>::reclaim_copy(this);
-  launchKernel(getCurrentStream(static_cast<c10::DeviceIndex>(device_)), [self] {
-    self->waitDone();
-    if (auto e = self->exception()) std::rethrow_exception(e);
+  auto completion = completion_;
+  launchKernel(getCurrentStream(static_cast<c10::DeviceIndex>(device_)), [completion] {
+    completion->wait();
+    std::exception_ptr error;
+    {
+      std::lock_guard<std::mutex> g(completion->mutex);
+      error = completion->error;
+    }
+    if (error) std::rethrow_exception(error);
   });
 }
 
@@ -129,8 +160,14 @@ c10::intrusive_ptr<OregWork> OregWork::combine(
   };
   auto count = std::make_shared<Count>();
   count->left = parts.size();
+  // Weak: the parts complete on the worker, which must not hold the last
+  // reference to a work (it owns tensors; see OregBackend's graveyard).
+  // Python may drop the combined work right after wait() queued a stream
+  // kernel on it: then only its completion state is left to signal.
+  c10::weak_intrusive_ptr<OregWork> weak(all);
+  auto completion = all->completion_;
   for (auto& p : parts) {
-    p->whenDone([all, count](std::exception_ptr e) {
+    p->whenDone([weak, completion, count](std::exception_ptr e) {
       std::exception_ptr done;
       bool last;
       {
@@ -139,7 +176,11 @@ c10::intrusive_ptr<OregWork> OregWork::combine(
         last = --count->left == 0;
         done = count->first;
       }
-      if (last) all->complete(done);
+      if (!last) return;
+      if (auto all = weak.lock())
+        all->complete(done);
+      else
+        completion->set(done);
     });
   }
   return all;

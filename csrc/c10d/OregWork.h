@@ -46,9 +46,22 @@ class OregWork : public c10d::Work {
                                              const std::vector<c10::intrusive_ptr<OregWork>>& parts);
 
  private:
+  // What a stream kernel waiting for this work holds: never the work itself,
+  // whose last reference (and its tensors) must not die on a stream thread.
+  struct Completion {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;             // GUARDED_BY(mutex)
+    std::atomic<bool> polled{false};  // == done, for lock-free polling
+    std::exception_ptr error;      // GUARDED_BY(mutex)
+    void wait();
+    void set(std::exception_ptr e);
+  };
+
   void blockStream();
   bool waitHost(std::chrono::milliseconds timeout);
 
+  std::shared_ptr<Completion> completion_ = std::make_shared<Completion>();
   std::vector<at::Tensor> outputs_;
   const int device_;
   const bool blockHost_;

@@ -95,7 +95,17 @@ ReduceSpec reduceSpec(const c10d::ReduceOp& op, c10::ScalarType dtype, const cha
   return s;
 }
 
-at::Tensor hostView(const at::Tensor& t) { return isOpenReg(t) ? kernelView(t) : t; }
+at::Tensor hostView(const at::Tensor& t) {
+  if (isOpenReg(t)) return kernelView(t);
+  // A fresh TensorImpl over the same storage rather than `t` itself: the
+  // worker may drop the last reference to it, and dropping a tensor that
+  // has a Python object would need the GIL.
+  auto v = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(t.storage()),
+                                                    c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                    t.dtype());
+  v.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return v;
+}
 
 Staged stage(const at::Tensor& t, c10::ScalarType dtype, bool load, bool forceCopy) {
   at::Tensor v = hostView(t);

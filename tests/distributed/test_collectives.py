@@ -234,3 +234,20 @@ def matrix(rank, n):
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_every_collective(tmp_path, world_size):
     spawn(matrix, world_size, tmp_path, timeout=200)
+
+
+def oversubscribed(rank, n):
+    # More ranks than cores: waiting must block in the kernel, not spin.
+    for count in (7, 300_001):
+        t = torch.full((count,), float(rank))
+        dist.all_reduce(t)
+        assert torch.equal(t, torch.full((count,), float(sum(range(n)))))
+    outs = [torch.empty(3, dtype=torch.int64) for _ in range(n)]
+    dist.all_gather(outs, torch.full((3,), rank, dtype=torch.int64))
+    assert [o[0].item() for o in outs] == list(range(n))
+    for _ in range(20):
+        dist.barrier()
+
+
+def test_eight_ranks_on_two_cores(tmp_path):
+    spawn(oversubscribed, 8, tmp_path, timeout=200)

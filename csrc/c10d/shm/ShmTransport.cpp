@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -81,7 +82,7 @@ void fromRing(const char* ring, size_t cap, uint64_t pos, char* dst, size_t n) {
 std::string randomId() {
   std::random_device rd;
   std::ostringstream s;
-  s << std::hex << ((uint64_t(rd()) << 32) ^ rd()) << "_" << getpid();
+  s << std::hex << ((uint64_t(rd()) << 32) ^ rd()) << std::dec << "_" << getpid();
   return s.str();
 }
 
@@ -478,6 +479,25 @@ void ShmTransport::wakeup() {
   if (maps_[rank_].base) ring(rank_);
 }
 
+namespace {
+// A killed process stays a zombie until its parent reaps it, and kill(pid, 0)
+// still succeeds on a zombie: look at its state too.
+bool processAlive(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno != ESRCH;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (!f) return true;
+  char buf[512] = {0};
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  const char* close = std::strrchr(buf, ')');  // the name may contain spaces
+  if (n == 0 || !close || close[1] == 0) return true;
+  char state = close[2];
+  return state != 'Z' && state != 'X';
+}
+}  // namespace
+
 void ShmTransport::checkPeersAlive() {
   // Only peers we are exchanging bytes with matter: a peer that finished and
   // exited is fine as long as nobody waits for it.
@@ -494,7 +514,7 @@ void ShmTransport::checkPeersAlive() {
   for (int p = 0; p < size_; ++p) {
     if (p == rank_ || !involved[p]) continue;
     pid_t pid = maps_[p].header()->pid;
-    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+    if (pid > 0 && !processAlive(pid))
       fail("oreg_ccl: rank " + std::to_string(p) + " (pid " + std::to_string(pid) +
                ") exited while rank " + std::to_string(rank_) + " was exchanging data with it",
            true);

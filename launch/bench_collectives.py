@@ -1,0 +1,156 @@
+"""nccl-tests-style benchmark of oreg_ccl against gloo, in the same run.
+
+    PYTHONPATH=. python launch/bench_collectives.py --world-sizes 2 4 8 --max-bytes 16M
+
+For every collective and size, each rank times `iters` calls (after a warm-up);
+the slowest rank's average is reported. algbw = size / time; busbw applies
+nccl-tests' factors (allreduce 2(n-1)/n, allgather / reduce-scatter / alltoall
+(n-1)/n, broadcast / reduce 1), so it is comparable across world sizes.
+Both backends move CPU tensors (gloo has no openreg support), over one
+process group each, in the same processes. The footer prints memcpy bandwidth
+measured in the same run and the ratios the issue asks about.
+"""
+import argparse
+import datetime
+import os
+import tempfile
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+COLLECTIVES = {
+    # name: nccl-tests' busbw factor for n ranks
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+}
+
+
+def parse_bytes(s):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(float(s[:-1]) * units[s[-1].upper()]) if s[-1].upper() in units else int(s)
+
+
+def make_op(name, nbytes, n, group):
+    """Buffers for one call of `name` moving `nbytes` in total (nccl-tests' size)."""
+    count = max(n, nbytes // 4 // n * n)
+    if name == "all_reduce":
+        t = torch.ones(count)
+        return lambda: dist.all_reduce(t, group=group)
+    if name == "all_gather":
+        out, inp = torch.empty(count), torch.ones(count // n)
+        return lambda: dist.all_gather_into_tensor(out, inp, group=group)
+    if name == "reduce_scatter":
+        out, inp = torch.empty(count // n), torch.ones(count)
+        return lambda: dist.reduce_scatter_tensor(out, inp, group=group)
+    if name == "all_to_all":
+        out, inp = torch.empty(count), torch.ones(count)
+        return lambda: dist.all_to_all_single(out, inp, group=group)
+    if name == "broadcast":
+        t = torch.ones(count)
+        return lambda: dist.broadcast(t, src=0, group=group)
+    t = torch.ones(count)
+    return lambda: dist.reduce(t, dst=0, group=group)
+
+
+def timed(fn, nbytes, group):
+    iters = max(3, min(200, int(64e6 / max(nbytes, 1024))))
+    for _ in range(2):
+        fn()
+    dist.barrier(group=group)
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank decides
+    return elapsed.item()
+
+
+def worker(rank, n, store_dir, sizes, queue):
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    dist.init_process_group("oreg_ccl", init_method=f"file://{store_dir}/store", rank=rank,
+                            world_size=n, timeout=datetime.timedelta(seconds=300))
+    gloo = dist.new_group(backend="gloo")
+    ours = dist.group.WORLD
+    rows = []
+    for name, factor in COLLECTIVES.items():
+        for nbytes in sizes:
+            row = {"name": name, "bytes": nbytes}
+            for label, group in (("oreg_ccl", ours), ("gloo", gloo)):
+                t = timed(make_op(name, nbytes, n, group), nbytes, group)
+                algbw = nbytes / t / 1e9
+                row[label] = (t * 1e6, algbw, algbw * factor(n))
+            rows.append(row)
+    if rank == 0:
+        queue.put(rows)
+    dist.destroy_process_group()
+
+
+def memcpy_gbps():
+    src, dst = torch.ones(16 << 20), torch.empty(16 << 20)  # 64 MiB
+    dst.copy_(src)
+    start = time.perf_counter()
+    for _ in range(10):
+        dst.copy_(src)
+    return 10 * src.nbytes / (time.perf_counter() - start) / 1e9
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--min-bytes", default="1K")
+    p.add_argument("--max-bytes", default="16M")
+    args = p.parse_args()
+    lo, hi = parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
+    sizes = []
+    s = lo
+    while s < hi:
+        sizes.append(s)
+        s *= 8
+    sizes.append(hi)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    ctx = mp.get_context("spawn")
+    copy_bw = memcpy_gbps()
+    print(f"# memcpy bandwidth (64 MiB, 1 thread): {copy_bw:.2f} GB/s")
+    for n in args.world_sizes:
+        queue = ctx.SimpleQueue()
+        with tempfile.TemporaryDirectory() as tmp:
+            procs = [ctx.Process(target=worker, args=(r, n, tmp, sizes, queue)) for r in range(n)]
+            for pr in procs:
+                pr.start()
+            rows = queue.get()
+            for pr in procs:
+                pr.join()
+        print(f"\n# world size {n}, float32, CPU tensors")
+        print(f"# {'collective':>14} {'size(B)':>10} {'count':>9} |"
+              f" {'oreg_ccl time(us)':>17} {'algbw':>7} {'busbw':>7} |"
+              f" {'gloo time(us)':>13} {'algbw':>7} {'busbw':>7} | {'speedup':>7}")
+        big, small = [], []
+        for r in rows:
+            (ot, oa, ob), (gt, ga, gb) = r["oreg_ccl"], r["gloo"]
+            print(f"  {r['name']:>14} {r['bytes']:>10} {r['bytes'] // 4:>9} |"
+                  f" {ot:>17.1f} {oa:>7.2f} {ob:>7.2f} | {gt:>13.1f} {ga:>7.2f} {gb:>7.2f} |"
+                  f" {gt / ot:>6.1f}x")
+            if r["bytes"] >= 16 << 20:
+                big.append(ob / gb)
+            if r["bytes"] <= 64 << 10:
+                small.append(ot / gt)
+        allreduce_busbw = max(r["oreg_ccl"][2] for r in rows if r["name"] == "all_reduce")
+        print(f"# Avg bus bandwidth (oreg_ccl): "
+              f"{sum(r['oreg_ccl'][2] for r in rows) / len(rows):.2f} GB/s")
+        if big:
+            print(f"# >= 16 MiB: busbw oreg_ccl / gloo, worst {min(big):.1f}x (goal >= 5x)")
+        if small:
+            print(f"# <= 64 KiB: latency oreg_ccl / gloo, worst {max(small):.3f} (goal <= 0.05)")
+        print(f"# best all_reduce busbw / memcpy: {allreduce_busbw / copy_bw:.2f}"
+              f" (goal >= 0.5 at 2 ranks)")
+
+
+if __name__ == "__main__":
+    main()

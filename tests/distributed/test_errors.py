@@ -1,0 +1,123 @@
+"""Mismatched calls, timeouts, bad input, dead peers, shutdown and abort."""
+import datetime
+import os
+import signal
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from _harness import shm_objects, spawn
+
+
+def expect_dist_error(fn, *needles):
+    try:
+        fn()
+    except dist.DistBackendError as e:
+        msg = str(e)
+        for needle in needles:
+            assert needle in msg, f"{needle!r} not in {msg!r}"
+        return msg
+    raise AssertionError(f"no DistBackendError (expected one mentioning {needles})")
+
+
+def mismatches(rank, n):
+    # Each case on a fresh group: a failed group stays failed.
+    cases = [
+        lambda: dist.all_reduce(torch.ones(10 if rank == 0 else 20), group=g),  # sizes
+        lambda: dist.all_reduce(torch.ones(4, dtype=torch.float32 if rank == 0 else torch.int32), group=g),
+        lambda: (dist.all_reduce(torch.ones(4), group=g) if rank == 0
+                 else dist.broadcast(torch.ones(4), src=0, group=g)),  # op types
+    ]
+    for case in cases:
+        g = dist.new_group(list(range(n)))
+        expect_dist_error(case, "mismatched collectives")
+        # Later calls on the failed group raise at once.
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(1), group=g), "already failed")
+    # Bad arguments raise on the caller, before anything is sent.
+    t = torch.ones(4)
+    with pytest.raises((ValueError, RuntimeError)):
+        dist.send(t, rank)  # to itself
+    with pytest.raises((ValueError, RuntimeError)):
+        dist.all_to_all_single(torch.empty(4), t, [1] * n, [3] * n)  # splits do not add up
+    with pytest.raises((ValueError, RuntimeError)):
+        dist.all_reduce(torch.ones(2, dtype=torch.float32), op=dist.ReduceOp.BAND)
+    with pytest.raises((ValueError, RuntimeError)):
+        dist.all_gather_into_tensor(torch.empty(3), torch.ones(2))
+    # The default group is still healthy.
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert t.tolist() == [float(n)] * 3
+
+
+def test_mismatched_calls_and_bad_input(tmp_path):
+    spawn(mismatches, 2, tmp_path)
+
+
+def timeouts(rank, n):
+    g = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=2))
+    if rank == 0:
+        start = time.monotonic()
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g), "timed out")
+        assert 1.5 < time.monotonic() - start < 10
+    else:
+        time.sleep(3)  # never joins that collective; learns about the failure
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g), "timed out")
+    # A per-call timeout (barrier's option) is honoured as well.
+    g2 = dist.new_group(list(range(n)))
+    if rank == 0:
+        start = time.monotonic()
+        w = dist.all_reduce(torch.ones(3), group=g2, async_op=True)
+        expect_dist_error(lambda: w.wait(datetime.timedelta(seconds=1)), "did not complete")
+        assert time.monotonic() - start < 5
+    dist.barrier()
+    if rank == 1:
+        dist.all_reduce(torch.ones(3), group=g2)  # the late peer completes it
+
+
+def test_timeouts(tmp_path):
+    spawn(timeouts, 2, tmp_path)
+
+
+def killed(rank, n):
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    if rank == n - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    expect_dist_error(lambda: dist.all_reduce(torch.ones(2)), "exited")
+    assert time.monotonic() - start < 10
+    # Segments were unlinked at connect time: nothing of this job in /dev/shm.
+    assert not shm_objects([os.getpid()])
+    os._exit(0)  # skip destroy: the group is broken
+
+
+def test_dead_peer_is_detected_and_shm_is_clean(tmp_path):
+    spawn(killed, 3, tmp_path, expect_exit={2: -signal.SIGKILL})
+
+
+def lifecycle(rank, n):
+    g = dist.new_group(list(range(n)))
+    t = torch.ones(2, device=torch.device("openreg", rank))
+    dist.all_reduce(t, group=g)
+    backend = g._get_backend(torch.device("openreg"))
+    assert backend.supports_splitting and backend.supports_coalescing
+    backend.shutdown()
+    backend.shutdown()  # idempotent
+    backend.abort()
+    expect_dist_error(lambda: dist.all_reduce(t, group=g), "shut down")
+    dist.destroy_process_group(g)
+    # abort a group with an operation stuck waiting for a peer: returns promptly.
+    g = dist.new_group(list(range(n)))
+    if rank == 0:
+        w = dist.all_reduce(torch.ones(2), group=g, async_op=True)
+        start = time.monotonic()
+        dist.distributed_c10d._abort_process_group(g)
+        assert time.monotonic() - start < 5
+        expect_dist_error(w.wait)
+    dist.barrier()
+
+
+def test_shutdown_and_abort(tmp_path):
+    spawn(lifecycle, 2, tmp_path)

@@ -1,0 +1,65 @@
+"""send / recv / recv from any source, tags, batch_isend_irecv."""
+import torch
+import torch.distributed as dist
+
+from _harness import spawn
+
+BIG = 1 << 20  # 4 MiB of float32: far larger than a send/recv ring
+
+
+def p2p(rank, n):
+    for device in [torch.device("cpu"), torch.device("openreg", rank)]:
+        nxt, prv = (rank + 1) % n, (rank - 1) % n
+        # A ring where every rank sends first: sends must not wait for their receive.
+        out = torch.full((BIG,), float(rank), device=device)
+        inp = torch.empty(BIG, device=device)
+        s = dist.isend(out, nxt)
+        r = dist.irecv(inp, prv)
+        s.wait()
+        r.wait()
+        assert torch.equal(inp.cpu(), torch.full((BIG,), float(prv)))
+        # batch_isend_irecv in both directions at once, non-contiguous receive.
+        to_next = torch.arange(12, dtype=torch.int64, device=device).view(3, 4) + 100 * rank
+        from_prev = torch.empty(4, 3, dtype=torch.int64, device=device).t()
+        ops = [dist.P2POp(dist.isend, to_next, nxt), dist.P2POp(dist.irecv, from_prev, prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        assert torch.equal(from_prev.cpu(), torch.arange(12).view(3, 4) + 100 * prv)
+        # Tags matched out of order.
+        if rank == 0:
+            dist.send(torch.full((3,), 1.0, device=device), 1, tag=1)
+            dist.send(torch.full((3,), 2.0, device=device), 1, tag=2)
+        elif rank == 1:
+            b, a = torch.empty(3, device=device), torch.empty(3, device=device)
+            wb = dist.irecv(b, 0, tag=2)
+            wa = dist.irecv(a, 0, tag=1)
+            wb.wait()
+            wa.wait()
+            assert b.cpu().tolist() == [2.0] * 3 and a.cpu().tolist() == [1.0] * 3
+        # recv from any source reports the sender.
+        if rank == 0:
+            seen = set()
+            for _ in range(n - 1):
+                t = torch.empty(2, device=device)
+                src = dist.recv(t)
+                assert t.cpu().tolist() == [float(src)] * 2
+                seen.add(src)
+            assert seen == set(range(1, n))
+        else:
+            dist.send(torch.full((2,), float(rank), device=device), 0)
+        # Empty messages and bfloat16.
+        if n > 1:
+            e = torch.empty(0, dtype=torch.bfloat16, device=device)
+            if rank == 0:
+                dist.send(torch.ones(5, dtype=torch.bfloat16, device=device), 1)
+                dist.send(e, 1)
+            elif rank == 1:
+                x = torch.empty(5, dtype=torch.bfloat16, device=device)
+                dist.recv(x, 0)
+                dist.recv(e, 0)
+                assert x.cpu().tolist() == [1.0] * 5
+        dist.barrier()
+
+
+def test_send_recv(tmp_path):
+    spawn(p2p, 3, tmp_path)
