@@ -147,7 +147,15 @@ class ArgumentConverter {
   }
 
   at::Tensor convertTensor(const at::Tensor& t) {
-    if (!isOpenReg(t)) return t;
+    if (!isOpenReg(t)) {
+      // A host tensor (0-dim scalar, CPU indices) captured by a kernel must
+      // not be one Python owns: the worker drops the kernel's references, and
+      // dropping the last reference to a Python-owned tensor takes the GIL,
+      // which a host thread waiting for the stream may hold (deadlock). A
+      // private copy has no Python object.
+      if (!to_meta_ && t.defined() && !t.is_meta()) return t.clone();
+      return t;
+    }
     if (!to_meta_) return kernelViewSharing(t);
     auto& storage = meta_storages_[t.storage().unsafeGetStorageImpl()];
     if (!storage) {

@@ -26,11 +26,17 @@ def copy_tensor(x, device):
 
 def to_device(value, device=DEVICE, source="cpu"):
     """Copies every `source` tensor in a nested value to `device`; torch.device
-    and device strings naming `source` are renamed (factory kwargs, `to`)."""
+    and device strings naming `source` are renamed (factory kwargs, `to`).
+    A tensor passed twice stays one tensor (autograd sums its gradients)."""
+    copies = {}
 
     def move(x):
         if isinstance(x, torch.Tensor):
-            return copy_tensor(x, device) if x.device.type == source else x
+            if x.device.type != source:
+                return x
+            if id(x) not in copies:
+                copies[id(x)] = copy_tensor(x, device)
+            return copies[id(x)]
         if isinstance(x, torch.device) and x.type == source:
             return torch.device(device)
         if isinstance(x, str) and x.split(":")[0] == source:

@@ -23,5 +23,5 @@ def pytest_runtest_logreport(report):
 def pytest_terminal_summary(terminalreporter):
     if _samples["total"]:
         terminalreporter.write_line(
-            f"OpInfo samples: {_samples['passed']}/{_samples['total']} passed on openreg "
+            f"OpInfo checks (samples + in-place/out= variants): {_samples['passed']}/{_samples['total']} passed on openreg "
             f"(op/dtype pairs expected to fail: {_samples['xfail_tests']})")

@@ -172,3 +172,13 @@ def test_data_dependent_errors_are_asynchronous_and_sticky():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "first:" in out.stdout and "out of range" in out.stdout, out
     assert "later:" in out.stdout, out
+
+
+def test_torch_manual_seed_seeds_openreg_without_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Set seed for `openreg` device does not take effect"
+        torch.manual_seed(77)
+    assert all(torch.openreg.default_generators[i].initial_seed() == 77
+               for i in range(torch.openreg.device_count()))
