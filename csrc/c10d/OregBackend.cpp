@@ -117,6 +117,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   }
   op.body = std::move(body);
   op.post = std::move(post);
+  op.snapshot = snapshotStorages(inputs, outputs);
   if (device >= 0) {
     // Ready once the caller's stream reaches this point; the host goes on.
     op.ready = std::make_shared<std::atomic<bool>>(false);
@@ -189,6 +190,7 @@ void OregBackend::workerLoop() {
 
 void OregBackend::runOp(Op& op) {
   if (broken_) return op.work->complete(broken_);
+  SnapshotScope addresses(&op.snapshot);
   Collective c{*transport_, op.tag, op.what, Clock::now() + op.timeout};
   try {
     while (op.ready && !op.ready->load(std::memory_order_acquire)) {

@@ -32,6 +32,7 @@
 
 #include "Algorithms.h"
 #include "OregWork.h"
+#include "Staging.h"
 
 namespace openreg::ccl {
 
@@ -132,6 +133,7 @@ class OregBackend final : public c10d::Backend {
     std::string what;
     Body body;
     Post post;
+    StorageSnapshot snapshot;  // device addresses at enqueue time (Staging.h)
   };
   struct InFlight {
     RequestPtr req;

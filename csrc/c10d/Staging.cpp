@@ -1,5 +1,7 @@
 #include "Staging.h"
 
+#include "../runtime/driver/Driver.h"
+
 #include <ATen/ops/empty.h>
 
 #include "../aten/Launch.h"
@@ -95,8 +97,46 @@ ReduceSpec reduceSpec(const c10d::ReduceOp& op, c10::ScalarType dtype, const cha
   return s;
 }
 
+namespace {
+thread_local const StorageSnapshot* t_snapshot = nullptr;
+
+// A CPU tensor with t's metadata over the bytes at kernel address `data`.
+at::Tensor viewAt(const at::Tensor& t, void* data, size_t nbytes) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
+                       c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)), nullptr, false);
+  auto v = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
+                                                    c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                    t.dtype());
+  v.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return v;
+}
+}  // namespace
+
+StorageSnapshot snapshotStorages(const std::vector<at::Tensor>& inputs,
+                                 const std::vector<at::Tensor>& outputs) {
+  StorageSnapshot snapshot;
+  for (const auto* list : {&inputs, &outputs})
+    for (const auto& t : *list)
+      if (t.defined() && isOpenReg(t))
+        snapshot.push_back({t.storage().unsafeGetStorageImpl(), t.storage().mutable_data(),
+                            t.storage().nbytes()});
+  return snapshot;
+}
+
+SnapshotScope::SnapshotScope(const StorageSnapshot* snapshot) : previous_(t_snapshot) {
+  t_snapshot = snapshot;
+}
+SnapshotScope::~SnapshotScope() { t_snapshot = previous_; }
+
 at::Tensor hostView(const at::Tensor& t) {
-  if (isOpenReg(t)) return kernelView(t);
+  if (isOpenReg(t)) {
+    if (t_snapshot) {
+      for (const auto& a : *t_snapshot)
+        if (a.storage == t.storage().unsafeGetStorageImpl())
+          return viewAt(t, openreg::orKernelPtr(a.data), a.nbytes);
+    }
+    return kernelView(t);
+  }
   // A fresh TensorImpl over the same storage rather than `t` itself: the
   // worker may drop the last reference to it, and dropping a tensor that
   // has a Python object would need the GIL.
