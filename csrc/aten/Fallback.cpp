@@ -14,6 +14,12 @@
 //
 // Random operators get the CPU generator that carries the openreg generator's
 // state, so seeds reproduce CPU numbers.
+//
+// Where Meta and the CPU kernel disagree (output shape/dtype, or argument
+// checks only the CPU kernel makes), SyncOnlyOps sends the op down the
+// synchronous path, so the error is raised on the host instead of inside a
+// kernel (which would leave the stream failed). Kernels verify that the CPU
+// result fits the output allocated from Meta. Conformance: tests/ops.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
