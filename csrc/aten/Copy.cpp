@@ -11,6 +11,7 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "../runtime/OpenRegException.h"
+#include "../runtime/OpenRegHostAllocator.h"
 #include "../runtime/OpenRegStream.h"
 #include "Kernels.h"
 #include "Launch.h"
@@ -43,6 +44,21 @@ void copyDeviceToDevice(const at::Tensor& src, const at::Tensor& dst) {
 
 bool isPinned(const at::Tensor& t) { return orIsPinned(t.storage().data()); }
 
+// A non-owning view of a pinned host tensor for an asynchronous copy kernel.
+// The block is recorded on `stream` so the host allocator keeps it until the
+// copy has run; the kernel never holds (or drops) the user's tensor, which
+// could need the GIL on a worker thread.
+at::Tensor pinnedView(const at::Tensor& t, const c10::Stream& stream) {
+  getHostAllocator()->record_event(t.storage().mutable_data(), nullptr, stream);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
+                       c10::DataPtr(t.storage().mutable_data(), c10::Device(c10::DeviceType::CPU)),
+                       nullptr, false);
+  auto view = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return view;
+}
+
 // Runs `body` in stream order and returns once it is done. When the stream is
 // idle the host thread does the copy itself (no worker round trip).
 void runSynchronously(const c10::Stream& stream, std::function<void()> body) {
@@ -59,8 +75,8 @@ void copyHostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blo
   c10::Stream stream = getCurrentStream(dst.device().index());
   at::Tensor dst_view = kernelView(dst);
   if (non_blocking && isPinned(src)) {
-    // `src` is captured: the pinned buffer stays alive until the copy has run.
-    launchKernel(stream, [src, dst_view]() mutable { dst_view.copy_(src); }, {}, {dst});
+    at::Tensor src_view = pinnedView(src, stream);
+    launchKernel(stream, [src_view, dst_view]() mutable { dst_view.copy_(src_view); }, {}, {dst});
     return;
   }
   runSynchronously(stream, [&src, &dst_view] { dst_view.copy_(src); });
@@ -70,7 +86,8 @@ void copyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blo
   c10::Stream stream = getCurrentStream(src.device().index());
   at::Tensor src_view = kernelView(src);
   if (non_blocking && isPinned(dst)) {
-    launchKernel(stream, [src_view, dst]() mutable { dst.copy_(src_view); }, {src}, {});
+    at::Tensor dst_view = pinnedView(dst, stream);
+    launchKernel(stream, [src_view, dst_view]() mutable { dst_view.copy_(src_view); }, {src}, {});
     return;
   }
   runSynchronously(stream, [&src_view, &dst] { dst.copy_(src_view); });

@@ -361,8 +361,6 @@ class SyncOnlyOps {
              // reduced-precision inputs: CPU keeps float32 statistics.
              "aten::native_batch_norm", "aten::_native_batch_norm_legit",
              "aten::_batch_norm_with_update",
-             // CPU returns mean/rstd in the input's dtype, Meta in float32.
-             "aten::native_layer_norm",
              // CPU returns empty offset2bag/bag_size for some modes, Meta full.
              "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
              // Meta skips the CPU kernel's argument checks (n_sample against

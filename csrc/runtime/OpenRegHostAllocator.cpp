@@ -1,15 +1,19 @@
 #include "OpenRegHostAllocator.h"
 
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
 #include "OpenRegException.h"
+#include "OpenRegStream.h"
 
 namespace openreg {
 namespace {
 
-void freePinned(void* ptr) { orHostFree(ptr); }
-
 class OpenRegHostAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
+    releaseCompleted();
     void* ptr = nullptr;
     if (nbytes > 0) OPENREG_CHECK(orHostAlloc(&ptr, nbytes));
     return c10::DataPtr(ptr, ptr, &freePinned, c10::Device(c10::DeviceType::CPU));
@@ -18,14 +22,70 @@ class OpenRegHostAllocator final : public at::HostAllocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
-  bool record_event(void*, void*, c10::Stream) override { return true; }
-  void empty_cache() override {}
+
+  // `ptr` is a block's base address; the block outlives the work queued so far
+  // on `stream`.
+  bool record_event(void* ptr, void* /*ctx*/, c10::Stream stream) override {
+    orEvent event = nullptr;
+    OPENREG_CHECK(orEventCreate(&event, false));
+    OPENREG_CHECK(orEventRecord(event, rawStream(stream)));
+    std::lock_guard<std::mutex> lock(mutex_);
+    uses_[ptr].push_back(event);
+    return true;
+  }
+
+  void empty_cache() override { releaseCompleted(); }
   at::HostStats get_stats() override { return {}; }
   void reset_accumulated_stats() override {}
   void reset_peak_stats() override {}
+
+  void free(void* ptr) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = uses_.find(ptr);
+      if (it != uses_.end()) {
+        deferred_.push_back(ptr);  // released by releaseCompleted() once its work ran
+        return;
+      }
+    }
+    orHostFree(ptr);
+    releaseCompleted();
+  }
+
+ private:
+  static void freePinned(void* ptr);
+
+  void releaseCompleted() {
+    std::vector<void*> ready;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = deferred_.begin(); it != deferred_.end();) {
+        auto& events = uses_[*it];
+        bool done = true;
+        for (orEvent e : events) done = done && orEventQuery(e) == orSuccess;
+        if (!done) {
+          ++it;
+          continue;
+        }
+        for (orEvent e : events) orEventDestroy(e);
+        uses_.erase(*it);
+        ready.push_back(*it);
+        it = deferred_.erase(it);
+      }
+    }
+    for (void* p : ready) orHostFree(p);
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<void*, std::vector<orEvent>> uses_;  // GUARDED_BY mutex_
+  std::vector<void*> deferred_;                           // GUARDED_BY mutex_
 };
 
 OpenRegHostAllocator g_host_allocator;
+
+void OpenRegHostAllocator::freePinned(void* ptr) {
+  if (ptr) g_host_allocator.free(ptr);
+}
 
 }  // namespace
 

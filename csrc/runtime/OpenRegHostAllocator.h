@@ -1,8 +1,12 @@
 // PyTorch hook: the pinned host memory allocator (at::HostAllocator, returned
 // by PrivateUse1HooksInterface::getPinnedMemoryAllocator and registered with
 // REGISTER_HOST_ALLOCATOR), behind Tensor.pin_memory() and is_pinned().
-// Asynchronous copies keep the pinned storage alive until they run, so freeing
-// needs no events here. Tests: tests/runtime/test_pinned.py.
+//
+// Like CUDA's caching host allocator, a pinned block used by an asynchronous
+// copy is recorded on the copy's stream (record_event) and only returned to
+// the OS once that work has run, so copy kernels hold raw pointers and never
+// own (or drop) the user's tensor on a worker thread.
+// Tests: tests/runtime/test_pinned.py.
 #pragma once
 
 #include <ATen/core/CachingHostAllocator.h>

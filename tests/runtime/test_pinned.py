@@ -42,3 +42,14 @@ def test_non_blocking_d2h_into_pinned():
     out.copy_(x, non_blocking=True)
     torch.openreg.current_stream().synchronize()
     assert torch.equal(out, torch.full((1000,), 5.0))
+
+
+def test_pinned_source_freed_before_the_copy_runs():
+    dst = torch.empty(1 << 16, device="openreg")
+    torch.openreg._sleep(200)
+    src = torch.full((1 << 16,), 3.0).pin_memory()
+    dst.copy_(src, non_blocking=True)
+    del src  # the block must survive until the queued copy has read it
+    for _ in range(3):  # churn the pinned allocator meanwhile
+        torch.full((1 << 16,), 9.0).pin_memory()
+    assert torch.equal(dst.cpu(), torch.full((1 << 16,), 3.0))
