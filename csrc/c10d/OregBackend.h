@@ -69,6 +69,10 @@ class OregBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override;
+  // Deprecated in c10d, still reached by dist.all_gather_coalesced.
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
@@ -165,6 +169,10 @@ class OregBackend final : public c10d::Backend {
                                                    std::vector<at::Tensor> inputs,
                                                    const c10d::ReduceScatterOptions& opts,
                                                    const char* name);
+  c10::intrusive_ptr<c10d::Work> allgatherLists(
+      const std::vector<std::vector<at::Tensor>>& outputLists,
+      const std::vector<at::Tensor>& inputs, std::chrono::milliseconds timeout, const char* name,
+      c10d::OpType type);
   c10::intrusive_ptr<c10d::Work> allgatherImpl(std::vector<at::Tensor> outputs,
                                                std::vector<at::Tensor> inputs,
                                                std::chrono::milliseconds timeout,

@@ -160,20 +160,53 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgather_into_tensor_coalesced(
 c10::intrusive_ptr<c10d::Work> OregBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::AllgatherOptions& opts) {
-  at::Tensor in = checkSingle(inputs, "allgather");
-  TORCH_CHECK_VALUE(outputs.size() == 1 && outputs[0].size() == size_t(getSize()),
-                    "oreg_ccl: allgather expects one list of ", getSize(), " output tensors");
-  std::vector<at::Tensor> outs = outputs[0];
-  checkSameTypeAndSize(in, outs, "allgather");
-  auto work = enqueue(c10d::OpType::ALLGATHER, "allgather", describe(in), {in}, outs, opts.timeout,
-                      [in, outs](Collective& c) {
-                        Staged s = stage(in, in.scalar_type(), true);
-                        at::Tensor flat = at::empty({in.numel() * c.size()},
-                                                    at::TensorOptions().dtype(in.scalar_type()));
-                        ccl::allgather(c, s.buf.data_ptr(), flat.data_ptr(), bytesOf(s.buf));
-                        unpack(flat, outs);
-                      });
-  return work;
+  checkSingle(inputs, "allgather");
+  TORCH_CHECK_VALUE(outputs.size() == 1, "oreg_ccl: allgather expects one list of output tensors");
+  return allgatherLists(outputs, inputs, opts.timeout, "allgather", c10d::OpType::ALLGATHER);
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  // c10d's layout is outputLists[rank][input]; allgatherLists wants [input][rank].
+  TORCH_CHECK_VALUE(!inputs.empty() && outputLists.size() == size_t(getSize()),
+                    "oreg_ccl: allgather_coalesced expects one output list per rank");
+  std::vector<std::vector<at::Tensor>> byInput(inputs.size());
+  for (const auto& perRank : outputLists) {
+    TORCH_CHECK_VALUE(perRank.size() == inputs.size(), "oreg_ccl: allgather_coalesced expects ",
+                      inputs.size(), " output tensors per rank, got ", perRank.size());
+    for (size_t i = 0; i < inputs.size(); ++i) byInput[i].push_back(perRank[i]);
+  }
+  return allgatherLists(byInput, inputs, opts.timeout, "allgather_coalesced",
+                        c10d::OpType::ALLGATHER_COALESCED);
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::allgatherLists(
+    const std::vector<std::vector<at::Tensor>>& outputLists, const std::vector<at::Tensor>& inputs,
+    std::chrono::milliseconds timeout, const char* name, c10d::OpType type) {
+  // outputLists[i][p] receives rank p's inputs[i].
+  std::vector<at::Tensor> outs;
+  std::string desc;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(inputs[i], name);
+    TORCH_CHECK_VALUE(outputLists[i].size() == size_t(getSize()), "oreg_ccl: ", name,
+                      " expects ", getSize(), " output tensors per input, got ",
+                      outputLists[i].size());
+    checkSameTypeAndSize(inputs[i], outputLists[i], name);
+    checkSameDevice(inputs[0], {inputs[i]}, name);
+    outs.insert(outs.end(), outputLists[i].begin(), outputLists[i].end());
+    desc += describe(inputs[i]);
+  }
+  return enqueue(type, name, desc, inputs, outs, timeout, [outputLists, inputs](Collective& c) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const at::Tensor& in = inputs[i];
+      Staged s = stage(in, in.scalar_type(), true);
+      at::Tensor flat =
+          at::empty({in.numel() * c.size()}, at::TensorOptions().dtype(in.scalar_type()));
+      ccl::allgather(c, s.buf.data_ptr(), flat.data_ptr(), bytesOf(s.buf));
+      unpack(flat, outputLists[i]);
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,

@@ -146,6 +146,18 @@ def run_coalesced(rank, n, device, seed):
     with dist._coalescing_manager(device=device):
         dist.reduce_scatter_tensor(out, full[rank].to(device, copy=True), op=ReduceOp.AVG)
     check(out, reference(full, "AVG", torch.float32)[rank * 3:(rank + 1) * 3], "rs coalesced")
+    # The deprecated list form (c10d's allgather_coalesced): outputs[rank][input].
+    if device.type == "cpu":
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            ins = [make(rank, (4,), torch.float32, seed + 2), make(rank, (2, 3), torch.float32, seed + 3)]
+            outs = [[torch.empty(4), torch.empty(2, 3)] for _ in range(n)]
+            dist.all_gather_coalesced(outs, ins)
+        for r in range(n):
+            check(outs[r][0], make(r, (4,), torch.float32, seed + 2), "all_gather_coalesced")
+            check(outs[r][1], make(r, (2, 3), torch.float32, seed + 3), "all_gather_coalesced")
     return seed + 5
 
 
