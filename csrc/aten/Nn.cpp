@@ -5,6 +5,7 @@
 // shape rule); the CPU implementation runs on the stream.
 #include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
+#include <ATen/native/layer_norm.h>
 #include <ATen/ops/embedding_dense_backward_cpu_dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/index_select_cpu_dispatch.h>
@@ -64,10 +65,11 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor& input,
   c10::Device device = opDevice("native_layer_norm", input, weight.value_or(Tensor()),
                                 bias.value_or(Tensor()));
   c10::DeviceGuard guard(device);
+  // The CPU kernel's own argument checks, on the host (a failure inside the
+  // kernel would be asynchronous and leave the stream failed).
+  at::native::_check_layer_norm_inputs(input, normalized_shape, weight.value_or(Tensor()),
+                                       bias.value_or(Tensor()));
   const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
-  TORCH_CHECK(axis >= 0 && input.sizes().slice(axis) == normalized_shape,
-              "Given normalized_shape=", normalized_shape, ", expected input with shape [*, ",
-              c10::Join(", ", normalized_shape), "], but got input of size", input.sizes());
   // Statistics are kept in float for reduced-precision input with float params.
   const bool mixed = at::isReducedFloatingType(input.scalar_type()) && weight.has_value() &&
                      weight->defined() && weight->scalar_type() == at::kFloat;

@@ -45,6 +45,8 @@
 #include <ATen/ops/threshold_backward_cpu_dispatch.h>
 #include <ATen/ops/threshold_backward_meta.h>
 
+#include <ATen/native/Activation.h>
+
 #include "Kernels.h"
 #include "NativeKernels.h"
 #include "Structured.h"
@@ -168,12 +170,16 @@ OPENREG_GRAD(tanh_backward)
 OPENREG_GRAD(silu_backward)
 #undef OPENREG_GRAD
 
+// Checks the CPU kernels make in their bodies run here, on the host: inside a
+// kernel they would be asynchronous errors that leave the stream failed.
 Tensor gelu(const Tensor& self, c10::string_view approximate) {
+  at::native::get_gelutype_enum(approximate);
   return structured<at::meta::structured_gelu>(
       "gelu", [](Tensor& out, auto&... a) { at::cpu::gelu_out(out, a...); }, self, approximate);
 }
 
 Tensor gelu_backward(const Tensor& grad_output, const Tensor& self, c10::string_view approximate) {
+  at::native::get_gelutype_enum(approximate);
   return structured<at::meta::structured_gelu_backward>(
       "gelu_backward", [](Tensor& out, auto&... a) { at::cpu::gelu_backward_out(out, a...); },
       grad_output, self, approximate);
@@ -187,6 +193,9 @@ Tensor threshold_backward(const Tensor& grad_output, const Tensor& self, const S
 }
 
 Tensor pow_tensor_scalar(const Tensor& self, const Scalar& exponent) {
+  TORCH_CHECK(!(at::isIntegralType(self.scalar_type(), true) && exponent.isIntegral(true) &&
+                exponent.toLong() < 0),
+              "Integers to negative integer powers are not allowed.");
   return structured<at::meta::structured_pow_Tensor_Scalar>(
       "pow", [](Tensor& out, auto&... a) { at::cpu::pow_out(out, a...); }, self, exponent);
 }
