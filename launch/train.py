@@ -171,6 +171,15 @@ def load_checkpoint(path, model, opt) -> int:
 
 # ---- the job ---------------------------------------------------------------
 
+def collective_seconds() -> float:
+    """Time oreg_ccl's workers spent in collectives so far (0 for other backends)."""
+    try:
+        from openreg import _C
+        return _C._ccl_busy_seconds()
+    except (ImportError, AttributeError):
+        return 0.0
+
+
 def device_peak_memory(device) -> int:
     if device.type == "openreg":
         return torch.openreg.max_memory_allocated(device)
@@ -215,7 +224,7 @@ def main(argv=None):
     data = load_corpus()
     autocast = (torch.autocast(args.device_type, dtype=torch.bfloat16)
                 if args.bf16 and args.strategy not in ("fsdp2", "hsdp") else nullcontext())
-    losses, t0, tokens = [], time.perf_counter(), 0
+    losses, t0, tokens, comm0 = [], time.perf_counter(), 0, collective_seconds()
     for step in range(start_step, args.steps):
         x, y = global_batch(data, step, args.global_batch, args.seq_len, args.seed)
         x = x[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
@@ -238,7 +247,8 @@ def main(argv=None):
         if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
             elapsed = time.perf_counter() - t0
             print(f"step {step:4d}  loss {value:.4f}  tokens/s {tokens / elapsed:8.0f}  "
-                  f"peak mem {device_peak_memory(device) / 2**20:7.1f} MiB", flush=True)
+                  f"peak mem {device_peak_memory(device) / 2**20:7.1f} MiB  "
+                  f"collectives {collective_seconds() - comm0:6.2f}s", flush=True)
         if args.checkpoint_dir and args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
             save_checkpoint(args.checkpoint_dir, model, opt, step + 1)
 
@@ -254,7 +264,9 @@ def main(argv=None):
                    "final_loss": losses[-1] if losses else math.nan, "seconds": elapsed,
                    "steps_per_second": (args.steps - start_step) / elapsed if elapsed else 0.0,
                    "tokens_per_second": tokens / elapsed if elapsed else 0.0,
-                   "peak_memory_bytes_per_device": peaks, "bf16": args.bf16}
+                   "peak_memory_bytes_per_device": peaks, "bf16": args.bf16,
+                   # rank 0's oreg_ccl worker time in collectives (overlaps compute)
+                   "collective_seconds": collective_seconds() - comm0}
         os.makedirs(args.out_dir, exist_ok=True)
         with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1)

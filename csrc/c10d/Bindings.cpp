@@ -34,6 +34,7 @@ void initBindings(py::module_& m) {
       // device-bound default group (NCCL's ncclCommSplit needs every rank).
       // oreg_ccl builds each group from its members only: nothing to do.
       .def("perform_nocolor_split", [](OregBackend&, const py::object&) {});
+  m.def("_ccl_busy_seconds", &collectiveBusySeconds);
 }
 
 }  // namespace openreg::ccl

@@ -188,6 +188,13 @@ void OregBackend::workerLoop() {
   failAll(distError("oreg_ccl: the process group was shut down before this operation completed"));
 }
 
+namespace {
+// Time workers spent executing collectives, all groups of this process.
+std::atomic<int64_t> g_busy_ns{0};
+}  // namespace
+
+double collectiveBusySeconds() { return static_cast<double>(g_busy_ns.load()) / 1e9; }
+
 void OregBackend::runOp(Op& op) {
   if (broken_) return op.work->complete(broken_);
   SnapshotScope addresses(&op.snapshot);
@@ -204,7 +211,9 @@ void OregBackend::runOp(Op& op) {
       RequestPtr req = op.post(c, op.work);
       inflight_.push_back({req, op.work, c.deadline, op.what});
     } else {
+      auto start = Clock::now();  // stream dependencies met: the collective itself
       op.body(c);
+      g_busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
       op.work->complete(nullptr);
     }
     sweepInFlight();

@@ -36,6 +36,11 @@
 
 namespace openreg::ccl {
 
+// Seconds this process's oreg_ccl workers spent executing collectives (from
+// the moment a collective's stream dependencies were met until it finished),
+// summed over all groups. Exposed as openreg._C._ccl_busy_seconds().
+double collectiveBusySeconds();
+
 class OregBackend final : public c10d::Backend {
  public:
   // Options of a group; deep-copied by split_group (see Bindings.cpp).

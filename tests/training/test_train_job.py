@@ -36,6 +36,7 @@ def test_strategy_matches_single_process_cpu(strategy, cpu_reference, tmp_path):
     summary = run_job(tmp_path, "--strategy", strategy, nproc=4)
     assert summary["world_size"] == 4
     assert len(summary["losses"]) == STEPS
+    assert summary["collective_seconds"] > 0  # oreg_ccl's worker time, reported by the job
     for step, (got, want) in enumerate(zip(summary["losses"], cpu_reference["losses"])):
         assert got == pytest.approx(want, rel=2e-4, abs=2e-4), (strategy, step, got, want)
 
