@@ -13,46 +13,36 @@ from . import _C
 from .device import _get_device_index, _lazy_init
 
 
+# The statistics come from the allocator through torch.accelerator, which
+# already flattens them into torch.cuda.memory_stats' key names.
+
 def memory_stats(device=None) -> "OrderedDict[str, Any]":
     _lazy_init()
-    index = _get_device_index(device)
-    stats = torch._C._accelerator_getDeviceStats(index)
-    flat = []
-
-    def flatten(prefix, value):
-        if isinstance(value, dict):
-            for k, v in value.items():
-                flatten(f"{prefix}.{k}" if prefix else k, v)
-        else:
-            flat.append((prefix, value))
-
-    flatten("", stats)
-    flat.sort()
-    return OrderedDict(flat)
+    return torch.accelerator.memory_stats(_get_device_index(device))
 
 
 def memory_allocated(device=None) -> int:
-    return memory_stats(device).get("allocated_bytes.all.current", 0)
+    return torch.accelerator.memory_allocated(_get_device_index(device))
 
 
 def max_memory_allocated(device=None) -> int:
-    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+    return torch.accelerator.max_memory_allocated(_get_device_index(device))
 
 
 def memory_reserved(device=None) -> int:
-    return memory_stats(device).get("reserved_bytes.all.current", 0)
+    return torch.accelerator.memory_reserved(_get_device_index(device))
 
 
 def max_memory_reserved(device=None) -> int:
-    return memory_stats(device).get("reserved_bytes.all.peak", 0)
+    return torch.accelerator.max_memory_reserved(_get_device_index(device))
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    torch._C._accelerator_resetPeakStats(_get_device_index(device))
+    torch.accelerator.reset_peak_memory_stats(_get_device_index(device))
 
 
 def reset_accumulated_memory_stats(device=None) -> None:
-    torch._C._accelerator_resetAccumulatedStats(_get_device_index(device))
+    torch.accelerator.reset_accumulated_memory_stats(_get_device_index(device))
 
 
 def empty_cache() -> None:

@@ -50,13 +50,7 @@ bool isPinned(const at::Tensor& t) { return orIsPinned(t.storage().data()); }
 // could need the GIL on a worker thread.
 at::Tensor pinnedView(const at::Tensor& t, const c10::Stream& stream) {
   getHostAllocator()->record_event(t.storage().mutable_data(), nullptr, stream);
-  c10::Storage storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
-                       c10::DataPtr(t.storage().mutable_data(), c10::Device(c10::DeviceType::CPU)),
-                       nullptr, false);
-  auto view = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  view.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  return view;
+  return hostTensorAt(t.storage().mutable_data(), t.storage().nbytes(), t);
 }
 
 // Runs `body` in stream order and returns once it is done. When the stream is

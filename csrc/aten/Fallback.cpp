@@ -170,7 +170,7 @@ class ArgumentConverter {
                              c10::DataPtr(nullptr, c10::Device(c10::DeviceType::Meta)),
                              c10::GetAllocator(c10::DeviceType::Meta), true);
     }
-    return makeAlias(t, storage, c10::DispatchKey::Meta);
+    return tensorOver(storage, t, c10::DispatchKey::Meta);
   }
 
   // The openreg storage a converted (meta or kernel-view) storage stands for.
@@ -197,16 +197,7 @@ class ArgumentConverter {
   at::Tensor kernelViewSharing(const at::Tensor& t) {
     auto& storage = cpu_storages_[t.storage().unsafeGetStorageImpl()];
     if (!storage) storage = kernelView(t).storage();
-    return makeAlias(t, storage, c10::DispatchKey::CPU);
-  }
-
-  static at::Tensor makeAlias(const at::Tensor& t, const c10::Storage& storage, c10::DispatchKey key) {
-    auto alias = at::detail::make_tensor<c10::TensorImpl>(
-        c10::Storage(storage), c10::DispatchKeySet(key), t.dtype());
-    alias.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-    alias._set_conj(t.is_conj());
-    alias._set_neg(t.is_neg());
-    return alias;
+    return tensorOver(storage, t, c10::DispatchKey::CPU);
   }
 
   c10::DeviceIndex device_;
@@ -215,12 +206,13 @@ class ArgumentConverter {
   ska::flat_hash_map<c10::StorageImpl*, c10::Storage> cpu_storages_;
 };
 
-// An openreg tensor over `original` storage with `like`'s metadata.
-at::Tensor viewOfStorage(c10::StorageImpl* original, const at::Tensor& like) {
+// An openreg tensor over `storage` with the given metadata.
+at::Tensor viewOfStorage(c10::Storage storage, c10::ScalarType dtype, at::IntArrayRef sizes,
+                         at::IntArrayRef strides, int64_t offset) {
   auto view = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(original)),
-      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), like.dtype());
-  view.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      c10::scalarTypeToTypeMeta(dtype));
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
   return view;
 }
 
@@ -235,24 +227,24 @@ bool returnsOnlyTensors(const c10::FunctionSchema& schema) {
   return true;
 }
 
-// Brings openreg inputs whose metadata the op changed (resize_ of out=
-// arguments, in-place views like transpose_) in line with the converted copy.
+// Gives an openreg input the metadata the op left on its converted copy
+// (resize_ of out= arguments, in-place views like transpose_), growing the
+// storage when the new view needs more bytes.
+void applyMetadata(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides,
+                   int64_t offset) {
+  if (t.sizes() == sizes && t.strides() == strides && t.storage_offset() == offset) return;
+  size_t itemsize = t.dtype().itemsize();
+  size_t needed = at::detail::computeStorageNbytes(sizes, strides, itemsize, offset);
+  if (c10::multiply_integers(sizes) > 0 && needed > t.storage().nbytes())
+    resize_(t, c10::fromIntArrayRefSlow({static_cast<int64_t>(needed / itemsize)}), std::nullopt);
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+}
+
 void syncInputMetadata(const std::vector<at::Tensor>& originals,
                        const std::vector<at::Tensor>& converted) {
-  for (size_t i = 0; i < originals.size(); ++i) {
-    const at::Tensor& o = originals[i];
-    const at::Tensor& c = converted[i];
-    if (o.sizes() == c.sizes() && o.strides() == c.strides() &&
-        o.storage_offset() == c.storage_offset())
-      continue;
-    size_t needed = at::detail::computeStorageNbytes(c.sizes(), c.strides(), c.dtype().itemsize(),
-                                                     c.storage_offset());
-    if (c.numel() > 0 && needed > o.storage().nbytes()) {
-      resize_(o, c10::fromIntArrayRefSlow({static_cast<int64_t>(needed / o.dtype().itemsize())}),
-              std::nullopt);
-    }
-    o.unsafeGetTensorImpl()->set_sizes_and_strides(c.sizes(), c.strides(), c.storage_offset());
-  }
+  for (size_t i = 0; i < originals.size(); ++i)
+    applyMetadata(originals[i], converted[i].sizes(), converted[i].strides(),
+                  converted[i].storage_offset());
 }
 
 // Maps a result computed on converted tensors back to openreg: the original
@@ -263,7 +255,9 @@ std::optional<at::Tensor> aliasedResult(const at::Tensor& result, const Argument
   for (size_t i = 0; i < converted.size(); ++i)
     if (result.unsafeGetTensorImpl() == converted[i].unsafeGetTensorImpl()) return originals[i];
   if (c10::StorageImpl* original = conv.originalOf(result.storage().unsafeGetStorageImpl()))
-    return viewOfStorage(original, result);
+    return viewOfStorage(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(original)),
+                         result.scalar_type(), result.sizes(), result.strides(),
+                         result.storage_offset());
   return std::nullopt;
 }
 
@@ -295,8 +289,8 @@ PreparedCall prepare(const c10::FunctionSchema& schema, const IValue* args, size
 }
 
 at::Tensor emptyLike(const at::Tensor& like, c10::Device device) {
-  return at::empty_strided(like.sizes(), like.strides(),
-                           at::TensorOptions().dtype(like.dtype()).device(device));
+  return allocateOutput(like.sizes(), like.strides(),
+                        at::TensorOptions().dtype(like.dtype()).device(device));
 }
 
 void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args,
@@ -527,16 +521,6 @@ std::shared_ptr<CachedInference> describeInference(const torch::jit::Stack& meta
   return entry;
 }
 
-void applyMetadata(const at::Tensor& t, const CachedTensorMeta& m) {
-  if (t.sizes() == m.sizes && t.strides() == m.strides && t.storage_offset() == m.offset) return;
-  size_t itemsize = t.dtype().itemsize();
-  size_t needed = at::detail::computeStorageNbytes(m.sizes, m.strides, itemsize, m.offset);
-  int64_t numel = c10::multiply_integers(m.sizes);
-  if (numel > 0 && needed > t.storage().nbytes())
-    resize_(t, c10::fromIntArrayRefSlow({static_cast<int64_t>(needed / itemsize)}), std::nullopt);
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes, m.strides, m.offset);
-}
-
 // The cached path: outputs from a previous Meta run with the same signature.
 void runCached(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args,
                c10::Device device, const CachedInference& entry) {
@@ -547,7 +531,8 @@ void runCached(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n
       if (isOpenReg(t)) originals.push_back(t);
     });
   for (size_t i = 0; i < originals.size() && i < entry.inputs_after.size(); ++i)
-    applyMetadata(originals[i], entry.inputs_after[i]);
+    applyMetadata(originals[i], entry.inputs_after[i].sizes, entry.inputs_after[i].strides,
+                  entry.inputs_after[i].offset);
 
   std::vector<IValue> results;
   std::vector<at::Tensor> fresh;
@@ -561,15 +546,10 @@ void runCached(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n
       case CachedOutput::Kind::kSameAsInput:
         results.emplace_back(originals[out.input]);
         break;
-      case CachedOutput::Kind::kViewOfInput: {
-        auto view = at::detail::make_tensor<c10::TensorImpl>(
-            c10::Storage(originals[out.input].storage()),
-            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::scalarTypeToTypeMeta(out.meta.dtype));
-        view.unsafeGetTensorImpl()->set_sizes_and_strides(out.meta.sizes, out.meta.strides,
-                                                          out.meta.offset);
-        results.emplace_back(std::move(view));
+      case CachedOutput::Kind::kViewOfInput:
+        results.emplace_back(viewOfStorage(originals[out.input].storage(), out.meta.dtype,
+                                           out.meta.sizes, out.meta.strides, out.meta.offset));
         break;
-      }
       case CachedOutput::Kind::kFresh:
         slots.back() = static_cast<int>(fresh.size());
         fresh.push_back(allocateOutput(out.meta.sizes, out.meta.strides,

@@ -11,18 +11,27 @@
 
 namespace openreg {
 
+at::Tensor tensorOver(c10::Storage storage, const at::Tensor& like, c10::DispatchKey key) {
+  auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
+                                                       c10::DispatchKeySet(key), like.dtype());
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),
+                                                    like.storage_offset());
+  // Lazy conjugation / negation are part of the value (copy_ resolves them).
+  view._set_conj(like.is_conj());
+  view._set_neg(like.is_neg());
+  return view;
+}
+
+at::Tensor hostTensorAt(void* data, size_t nbytes, const at::Tensor& like) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
+                       c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)),
+                       /*allocator=*/nullptr, /*resizable=*/false);
+  return tensorOver(std::move(storage), like, c10::DispatchKey::CPU);
+}
+
 at::Tensor kernelView(const at::Tensor& t) {
   const c10::Storage& storage = t.storage();
-  c10::Storage alias(c10::Storage::use_byte_size_t(), storage.nbytes(),
-                     c10::DataPtr(orKernelPtr(storage.data()), c10::Device(c10::DeviceType::CPU)),
-                     /*allocator=*/nullptr, /*resizable=*/false);
-  auto view = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(alias), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  view.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  // Lazy conjugation / negation are part of the value (copy_ resolves them).
-  view._set_conj(t.is_conj());
-  view._set_neg(t.is_neg());
-  return view;
+  return hostTensorAt(orKernelPtr(storage.data()), storage.nbytes(), t);
 }
 
 at::Tensor allocateOutput(at::IntArrayRef sizes, at::IntArrayRef strides,

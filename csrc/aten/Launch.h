@@ -15,6 +15,13 @@
 
 namespace openreg {
 
+// A tensor over `storage` with `like`'s dtype, sizes, strides, offset and
+// conj/neg bits, dispatched as `key`: the one way openreg builds aliases.
+at::Tensor tensorOver(c10::Storage storage, const at::Tensor& like, c10::DispatchKey key);
+
+// A CPU tensor with `like`'s metadata over `nbytes` at `data` (not owned).
+at::Tensor hostTensorAt(void* data, size_t nbytes, const at::Tensor& like);
+
 // A CPU tensor aliasing `t`'s memory. Only valid inside a kernel (or after a
 // synchronisation): device memory is not ordered with the host otherwise.
 at::Tensor kernelView(const at::Tensor& t);

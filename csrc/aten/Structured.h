@@ -26,13 +26,14 @@
 
 namespace openreg {
 
+enum class OutputMode { kFunctional, kInplace, kOut };
+
 // What a structured meta function sees as the outputs: fresh device tensors
 // (functional), or `self` (in-place).
 template <class Meta, size_t kOutputs = 1>
 struct OpenRegStructured final : public Meta {
-  enum class Mode { kFunctional, kInplace, kOut };
   std::array<at::Tensor, kOutputs> outputs;
-  Mode mode = Mode::kFunctional;
+  OutputMode mode = OutputMode::kFunctional;
 
   void set_output_strided(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides,
                           at::TensorOptions options) override {
@@ -46,10 +47,10 @@ struct OpenRegStructured final : public Meta {
 
  private:
   void allocate(int64_t i, at::IntArrayRef sizes, at::IntArrayRef strides, at::TensorOptions options) {
-    if (mode == Mode::kInplace) {
+    if (mode == OutputMode::kInplace) {
       TORCH_CHECK(outputs[i].sizes() == sizes, "output with shape ", outputs[i].sizes(),
                   " doesn't match the broadcast shape ", sizes);
-    } else if (mode == Mode::kOut) {
+    } else if (mode == OutputMode::kOut) {
       // out= semantics: resize (with ATen's warning for non-empty outputs).
       at::native::resize_output(outputs[i], sizes);
     } else {
@@ -154,33 +155,15 @@ at::Tensor structured(const char* name, Compute compute, const Args&... args) {
       args...)[0];
 }
 
-// In-place variant: `self` is the output; the meta function checks broadcasting.
+// Writes into an existing tensor: in place (`out` must already have the
+// broadcast shape) or out= (`out` is resized as needed).
 template <class Meta, class Compute, class... Args>
-at::Tensor& structuredInplace(const char* name, Compute compute, at::Tensor& self, const Args&... args) {
-  c10::Device device = opDevice(name, self, args...);
-  c10::DeviceGuard guard(device);
-  OpenRegStructured<Meta, 1> op;
-  op.mode = OpenRegStructured<Meta, 1>::Mode::kInplace;
-  op.outputs[0] = self;
-  op.meta(self, args...);
-  std::vector<at::Tensor> reads{self};
-  (collectTensor(reads, args), ...);
-  launchOnCurrentStream(
-      self,
-      [view = kernelView(self), kargs = std::make_tuple(toKernelArg(args)...), compute]() mutable {
-        std::apply([&](auto&... a) { compute(view, view, fromKernelArg(a)...); }, kargs);
-      },
-      reads, {self});
-  return self;
-}
-
-// out= variant: `out` is resized as needed and written by the kernel.
-template <class Meta, class Compute, class... Args>
-at::Tensor& structuredOut(const char* name, Compute compute, at::Tensor& out, const Args&... args) {
+at::Tensor& structuredInto(const char* name, OutputMode mode, Compute compute, at::Tensor& out,
+                           const Args&... args) {
   c10::Device device = opDevice(name, out, args...);
   c10::DeviceGuard guard(device);
   OpenRegStructured<Meta, 1> op;
-  op.mode = OpenRegStructured<Meta, 1>::Mode::kOut;
+  op.mode = mode;
   op.outputs[0] = out;
   op.meta(args...);
   std::vector<at::Tensor> reads;
@@ -192,6 +175,17 @@ at::Tensor& structuredOut(const char* name, Compute compute, at::Tensor& out, co
       },
       reads, {out});
   return out;
+}
+
+// In-place: `self` is the output; the meta function checks broadcasting.
+template <class Meta, class Compute, class... Args>
+at::Tensor& structuredInplace(const char* name, Compute compute, at::Tensor& self, const Args&... args) {
+  return structuredInto<Meta>(name, OutputMode::kInplace, compute, self, self, args...);
+}
+
+template <class Meta, class Compute, class... Args>
+at::Tensor& structuredOut(const char* name, Compute compute, at::Tensor& out, const Args&... args) {
+  return structuredInto<Meta>(name, OutputMode::kOut, compute, out, args...);
 }
 
 }  // namespace openreg

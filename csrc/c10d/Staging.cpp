@@ -100,16 +100,6 @@ ReduceSpec reduceSpec(const c10d::ReduceOp& op, c10::ScalarType dtype, const cha
 namespace {
 thread_local const StorageSnapshot* t_snapshot = nullptr;
 
-// A CPU tensor with t's metadata over the bytes at kernel address `data`.
-at::Tensor viewAt(const at::Tensor& t, void* data, size_t nbytes) {
-  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes,
-                       c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)), nullptr, false);
-  auto v = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
-                                                    c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                    t.dtype());
-  v.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  return v;
-}
 }  // namespace
 
 StorageSnapshot snapshotStorages(const std::vector<at::Tensor>& inputs,
@@ -133,18 +123,14 @@ at::Tensor hostView(const at::Tensor& t) {
     if (t_snapshot) {
       for (const auto& a : *t_snapshot)
         if (a.storage == t.storage().unsafeGetStorageImpl())
-          return viewAt(t, openreg::orKernelPtr(a.data), a.nbytes);
+          return hostTensorAt(openreg::orKernelPtr(a.data), a.nbytes, t);
     }
     return kernelView(t);
   }
   // A fresh TensorImpl over the same storage rather than `t` itself: the
   // worker may drop the last reference to it, and dropping a tensor that
   // has a Python object would need the GIL.
-  auto v = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(t.storage()),
-                                                    c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                    t.dtype());
-  v.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  return v;
+  return tensorOver(t.storage(), t, c10::DispatchKey::CPU);
 }
 
 Staged stage(const at::Tensor& t, c10::ScalarType dtype, bool load, bool forceCopy) {

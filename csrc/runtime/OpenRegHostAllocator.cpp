@@ -30,7 +30,14 @@ class OpenRegHostAllocator final : public at::HostAllocator {
     OPENREG_CHECK(orEventCreate(&event, false));
     OPENREG_CHECK(orEventRecord(event, rawStream(stream)));
     std::lock_guard<std::mutex> lock(mutex_);
-    uses_[ptr].push_back(event);
+    // A long-lived buffer reused for copy after copy keeps only pending uses.
+    auto& events = uses_[ptr];
+    std::erase_if(events, [](orEvent e) {
+      if (orEventQuery(e) != orSuccess) return false;
+      orEventDestroy(e);
+      return true;
+    });
+    events.push_back(event);
     return true;
   }
 
