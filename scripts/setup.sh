@@ -4,8 +4,19 @@
 # range would pull a multi-GB CUDA build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# oreg_ccl's cross-host transport links the system libzmq (Debian's
+# libzmq3-dev: headers + the library the extension loads at run time; pyzmq's
+# wheel bundles a libzmq but no headers). iproute2 runs the two-namespace test.
+if ! { [ -f /usr/include/zmq.h ] && command -v ip >/dev/null; }; then
+  SUDO=$([ "$(id -u)" -eq 0 ] || echo sudo)
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libzmq3-dev iproute2 >/dev/null
+fi
 python -m pip install --quiet --disable-pip-version-check \
   "torch==2.13.0" ninja numpy "setuptools>=64" wheel \
   matplotlib pytest pytest-xdist pytest-timeout expecttest
 # --no-build-isolation: compile against the torch installed above.
-python -m pip install --quiet --disable-pip-version-check --no-build-isolation -e .
+# Autoload off while building: a stale openreg entry point must not break the
+# build's own "import torch".
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 \
+  python -m pip install --quiet --disable-pip-version-check --no-build-isolation -e .
