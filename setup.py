@@ -7,7 +7,7 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-SOURCE_DIRS = ["csrc/runtime/driver", "csrc/runtime", "csrc/aten", "csrc/python", "csrc/c10d", "csrc/c10d/shm"]
+SOURCE_DIRS = ["csrc/runtime/driver", "csrc/runtime", "csrc/aten", "csrc/python", "csrc/c10d", "csrc/c10d/shm", "csrc/c10d/zmq"]
 
 
 def sources():
@@ -23,6 +23,8 @@ setup(
             name="openreg._C",
             sources=sources(),
             include_dirs=[os.path.join(ROOT, "csrc")],
+            # The system libzmq (Debian's libzmq3-dev, installed by scripts/setup.sh).
+            libraries=["zmq"],
             extra_compile_args=["-O2", "-g0", "-Wno-unused-parameter"],
         )
     ],

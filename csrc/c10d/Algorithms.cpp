@@ -37,17 +37,40 @@ void Collective::waitAll(const std::vector<RequestPtr>& reqs) {
   for (const auto& r : reqs) wait(r);
 }
 
+void reduceScatterInPlace(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
+                          ReduceKind op) {
+  const int n = c.size(), r = c.rank();
+  const size_t elem = c10::elementSize(dtype);
+  char* base = static_cast<char*>(buf);
+  const Part mine = partOf(count, n, r);
+  std::vector<RequestPtr> sends;
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    Part part = partOf(count, n, p);
+    sends.push_back(c.send(p, base + part.begin * elem, part.len * elem));
+  }
+  for (int q = 0; q < n; ++q)
+    if (q != r) c.wait(c.recvReduce(q, base + mine.begin * elem, mine.len, dtype, op));
+  c.waitAll(sends);  // before anyone overwrites the parts they read
+}
+
+void allgatherInPlace(Collective& c, void* buf, size_t count, size_t elem) {
+  const int n = c.size(), r = c.rank();
+  char* base = static_cast<char*>(buf);
+  const Part mine = partOf(count, n, r);
+  std::vector<RequestPtr> sends, recvs;
+  for (int p = 0; p < n; ++p) {
+    if (p == r) continue;
+    Part part = partOf(count, n, p);
+    sends.push_back(c.send(p, base + mine.begin * elem, mine.len * elem));
+    recvs.push_back(c.recvInto(p, base + part.begin * elem, part.len * elem));
+  }
+  c.waitAll(recvs);
+  c.waitAll(sends);
+}
+
 namespace {
 
-// Part p of `count` elements split n ways: [begin, begin + len).
-struct Part {
-  size_t begin, len;
-};
-Part partOf(size_t count, int n, int p) {
-  size_t base = count / n, extra = count % n;
-  size_t begin = p * base + std::min<size_t>(p, extra);
-  return {begin, base + (size_t(p) < extra ? 1 : 0)};
-}
 
 void allreduceOneShot(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
                       ReduceKind op) {
@@ -75,34 +98,44 @@ void allreduceOneShot(Collective& c, void* buf, size_t count, c10::ScalarType dt
 
 void allreduceReduceScatterAllgather(Collective& c, void* buf, size_t count,
                                      c10::ScalarType dtype, ReduceKind op) {
-  const int n = c.size(), r = c.rank();
-  const size_t elem = c10::elementSize(dtype);
-  char* base = static_cast<char*>(buf);
-  const Part mine = partOf(count, n, r);
-  std::vector<RequestPtr> sends;
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    Part part = partOf(count, n, p);
-    sends.push_back(c.send(p, base + part.begin * elem, part.len * elem));
-  }
-  for (int q = 0; q < n; ++q)
-    if (q != r) c.wait(c.recvReduce(q, base + mine.begin * elem, mine.len, dtype, op));
-  c.waitAll(sends);  // before the all-gather overwrites the parts they read
-  sends.clear();
-  std::vector<RequestPtr> recvs;
-  for (int p = 0; p < n; ++p) {
-    if (p == r) continue;
-    Part part = partOf(count, n, p);
-    sends.push_back(c.send(p, base + mine.begin * elem, mine.len * elem));
-    recvs.push_back(c.recvInto(p, base + part.begin * elem, part.len * elem));
-  }
-  c.waitAll(recvs);
-  c.waitAll(sends);
+  reduceScatterInPlace(c, buf, count, dtype, op);
+  allgatherInPlace(c, buf, count, c10::elementSize(dtype));
 }
 
 }  // namespace
 
+void allreduceRing(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
+                   ReduceKind op) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1) return;
+  const size_t elem = c10::elementSize(dtype);
+  char* base = static_cast<char*>(buf);
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  auto at = [&](int p) { return partOf(count, n, ((p % n) + n) % n); };
+  // Reduce-scatter: after step s, part r-s-1 holds s+2 contributions; rank r
+  // ends up owning the full sum of part r+1.
+  for (int s = 0; s < n - 1; ++s) {
+    Part out = at(r - s), in = at(r - s - 1);
+    auto send = c.send(right, base + out.begin * elem, out.len * elem);
+    c.wait(c.recvReduce(left, base + in.begin * elem, in.len, dtype, op));
+    c.wait(send);
+  }
+  // All-gather: pass the finished parts around the ring.
+  for (int s = 0; s < n - 1; ++s) {
+    Part out = at(r + 1 - s), in = at(r - s);
+    auto send = c.send(right, base + out.begin * elem, out.len * elem);
+    c.wait(c.recvInto(left, base + in.begin * elem, in.len * elem));
+    c.wait(send);
+  }
+}
+
 void allreduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op) {
+  if (c.size() == 1) return;
+  if (c.topology && c.topology->multiHost()) return allreduceHierarchical(c, buf, count, dtype, op);
+  allreduceFlat(c, buf, count, dtype, op);
+}
+
+void allreduceFlat(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op) {
   if (c.size() == 1) return;
   if (count * c10::elementSize(dtype) <= config().oneShotBytes || count < size_t(c.size()))
     allreduceOneShot(c, buf, count, dtype, op);
@@ -111,6 +144,7 @@ void allreduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, Re
 }
 
 void broadcast(Collective& c, void* buf, size_t bytes, int root) {
+  if (c.topology && c.topology->multiHost()) return broadcastHierarchical(c, buf, bytes, root);
   if (c.rank() != root) return c.wait(c.recvInto(root, buf, bytes));
   std::vector<RequestPtr> sends;
   for (int p = 0; p < c.size(); ++p)

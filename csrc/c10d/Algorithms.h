@@ -21,14 +21,29 @@
 //  reduce_scatter: rank r receives part r from every peer and reduces it.
 //  reduce: the root receives every buffer and reduces in rank order.
 //  barrier: an empty message from every rank to every rank.
+//
+// Across hosts (HierarchicalAlgorithms.cpp; c.topology spans hosts):
+//  allreduce, small: reduce to the first rank of each host over shared
+//      memory, one-shot allreduce among those leaders over the network,
+//      broadcast back within each host.
+//  allreduce, large, same rank count L on every host: reduce-scatter within
+//      the host (local rank i owns part i), ring allreduce of part i among the
+//      ranks with local index i on every host (so every rank drives its own
+//      network stream, 2 (H-1)/H of its part each), all-gather within the host.
+//  broadcast: the root sends once to each other host's first rank, then each
+//      host broadcasts over shared memory.
+//  The other collectives use the direct algorithms above on the routed
+//  transport (each message takes shared memory or the network by destination).
 #pragma once
 
 #include <c10/core/ScalarType.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "Reduce.h"
+#include "Topology.h"
 #include "Transport.h"
 
 namespace openreg::ccl {
@@ -39,6 +54,10 @@ struct Collective {
   uint64_t tag;          // the group's collective sequence number
   std::string what;      // e.g. "allreduce#4 float32[1024] SUM", compared across ranks
   Clock::time_point deadline;
+  const Topology* topology = nullptr;  // set when the group spans hosts
+
+  // The same call on a subset of the ranks (a TransportView).
+  Collective on(Transport& view) const { return {view, tag, what, deadline, nullptr}; }
 
   int rank() const { return transport.rank(); }
   int size() const { return transport.size(); }
@@ -49,7 +68,31 @@ struct Collective {
   void waitAll(const std::vector<RequestPtr>& reqs);
 };
 
+// Part p of `count` elements split n ways: [begin, begin + len).
+struct Part {
+  size_t begin, len;
+};
+inline Part partOf(size_t count, int n, int p) {
+  size_t base = count / n, extra = count % n;
+  size_t begin = p * base + std::min<size_t>(p, extra);
+  return {begin, base + (size_t(p) < extra ? 1 : 0)};
+}
+
+// The two halves of a bandwidth-optimal allreduce, in place: afterwards rank
+// r's part r of `buf` holds the reduction / every part holds its owner's.
+void reduceScatterInPlace(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
+                          ReduceKind op);
+void allgatherInPlace(Collective& c, void* buf, size_t count, size_t elem);
+
 void allreduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op);
+// allreduce ignoring the topology (one-shot or reduce-scatter + all-gather by size).
+void allreduceFlat(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op);
+// Ring reduce-scatter + all-gather: n-1 steps each, one neighbour per step,
+// so each link carries 2 (n-1)/n N; for the network, where links are scarce.
+void allreduceRing(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op);
+void allreduceHierarchical(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
+                           ReduceKind op);
+void broadcastHierarchical(Collective& c, void* buf, size_t bytes, int root);
 void broadcast(Collective& c, void* buf, size_t bytes, int root);
 // out holds n blocks of `bytes`; block r may already hold (alias) `in`.
 void allgather(Collective& c, const void* in, void* out, size_t bytes);

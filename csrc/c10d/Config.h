@@ -6,6 +6,11 @@
 //                            2 us when the group has more ranks than the machine has cores)
 //   OREG_CCL_ONESHOT_BYTES   allreduce at or below this size uses the one-shot algorithm,
 //                            above it reduce-scatter + all-gather        (default 64 KiB)
+//   OREG_CCL_ZMQ_CHUNK_BYTES messages between hosts travel in chunks of this size, so the
+//                            receiver reduces one while the next is on the wire
+//                            (default 512 KiB; the same on every rank)
+//   OREG_CCL_HOST_ID         this process's host identity (simulated hosts; Topology.h)
+//   OREG_CCL_SOCKET_IFNAME   the network interface the ZeroMQ transport binds (BindAddress.h)
 #pragma once
 
 #include <cstddef>
@@ -24,6 +29,7 @@ struct Config {
   size_t collRingBytes = envBytes("OREG_CCL_RING_BYTES", 1 << 20);
   size_t p2pRingBytes = envBytes("OREG_CCL_P2P_RING_BYTES", 256 << 10);
   size_t oneShotBytes = envBytes("OREG_CCL_ONESHOT_BYTES", 64 << 10);
+  size_t zmqChunkBytes = envBytes("OREG_CCL_ZMQ_CHUNK_BYTES", 512 << 10);
   // -1: choose from the group size (spinning only pays when every rank has a core).
   long spinUs = std::getenv("OREG_CCL_SPIN_US") ? std::atol(std::getenv("OREG_CCL_SPIN_US")) : -1;
 

@@ -13,6 +13,7 @@
 #include "../runtime/OpenRegStream.h"
 #include "Config.h"
 #include "Staging.h"
+#include "RoutedTransport.h"
 #include "shm/ShmTransport.h"
 
 namespace openreg::ccl {
@@ -62,7 +63,7 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                     " for a group of ", size);
   const std::string prefix = restartKey();
   const auto timeout = options_->timeout;
-  ShmTransport::Rendezvous rdv{
+  Rendezvous rdv{
       [store, prefix](const std::string& k, const std::string& v) {
         store->set(prefix + k, std::vector<uint8_t>(v.begin(), v.end()));
       },
@@ -71,7 +72,11 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
         auto v = store->get(prefix + k);
         return std::string(v.begin(), v.end());
       }};
-  transport_ = ShmTransport::connect(rank, size, rdv);
+  topology_ = size > 1 ? Topology::discover(rank, size, rdv) : Topology::singleHost(rank, size);
+  if (topology_.multiHost())
+    transport_ = std::make_shared<RoutedTransport>(topology_, rdv, timeout);
+  else
+    transport_ = ShmTransport::connect(rank, size, rdv);
   spin_ = std::chrono::microseconds(config().spinUsFor(size));
   worker_ = std::thread([this] { workerLoop(); });
 }
@@ -198,7 +203,8 @@ double collectiveBusySeconds() { return static_cast<double>(g_busy_ns.load()) / 
 void OregBackend::runOp(Op& op) {
   if (broken_) return op.work->complete(broken_);
   SnapshotScope addresses(&op.snapshot);
-  Collective c{*transport_, op.tag, op.what, Clock::now() + op.timeout};
+  Collective c{*transport_, op.tag, op.what, Clock::now() + op.timeout,
+               topology_.multiHost() ? &topology_ : nullptr};
   try {
     while (op.ready && !op.ready->load(std::memory_order_acquire)) {
       if (Clock::now() >= c.deadline)
@@ -290,6 +296,9 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensor
                         (srcRank >= 0 && srcRank < getSize() && srcRank != getRank()),
                     "oreg_ccl: recv from invalid rank ", srcRank, " (group size ", getSize(),
                     ", own rank ", getRank(), ")");
+  TORCH_CHECK(srcRank != kAnySource || !topology_.multiHost(),
+              "oreg_ccl: recv from any source is not supported in a process group that spans "
+              "hosts (", topology_.describe(), "), as with NCCL; pass the source rank");
   Post post = [t, srcRank, tag](Collective& c, const c10::intrusive_ptr<OregWork>& work) {
     auto s = std::make_shared<Staged>(stage(t, t.scalar_type(), /*load=*/false));
     char* base = static_cast<char*>(s->buf.data_ptr());
@@ -297,9 +306,9 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensor
         Channel::kP2P, srcRank, static_cast<uint64_t>(tag), c.what, s->buf.nbytes(),
         [base](const void* piece, size_t off, size_t n) { std::memcpy(base + off, piece, n); });
     Request* raw = req.get();
-    onDone(req, [w = work.get(), s, raw] {
+    onDone(req, [w = work.get(), s, raw, srcRank] {
       unstage(*s);
-      w->setSourceRank(raw->peer);
+      w->setSourceRank(srcRank == kAnySource ? raw->peer : srcRank);
       w->complete(nullptr);
     });
     return req;

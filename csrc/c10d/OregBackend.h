@@ -33,6 +33,7 @@
 #include "Algorithms.h"
 #include "OregWork.h"
 #include "Staging.h"
+#include "Topology.h"
 
 namespace openreg::ccl {
 
@@ -184,6 +185,7 @@ class OregBackend final : public c10d::Backend {
                                                const char* name);
 
   c10::intrusive_ptr<Options> options_;
+  Topology topology_;  // which ranks share a host
   std::shared_ptr<Transport> transport_;
   uint64_t seq_ = 0;  // collectives issued (caller thread)
   uint64_t splitCount_ = 0;

@@ -96,6 +96,20 @@ class Transport {
   virtual bool busy() const = 0;
 };
 
+// Rendezvous through the process group's store, as callbacks so transports
+// need no torch header: set(key, value), and get(key), which blocks until the
+// key is set or the group's timeout passes (then it throws).
+struct Rendezvous {
+  std::function<void(const std::string&, const std::string&)> set;
+  std::function<std::string(const std::string&)> get;
+
+  // The same store, with every key under `prefix`.
+  Rendezvous prefixed(const std::string& prefix) const {
+    return {[s = set, prefix](const std::string& k, const std::string& v) { s(prefix + k, v); },
+            [g = get, prefix](const std::string& k) { return g(prefix + k); }};
+  }
+};
+
 // Wait for `req`, driving progress, until `deadline`; throws on error or
 // timeout (`what` names the operation in the timeout message).
 void waitFor(Transport& transport, const RequestPtr& req, Clock::time_point deadline,

@@ -18,8 +18,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def _entry(rank, fn, world_size, tmp, args, pg_timeout, init, env):
+def _entry(rank, fn, world_size, tmp, args, pg_timeout, init, env, host_of):
     os.environ.update(env)
+    if host_of is not None:
+        os.environ["OREG_CCL_HOST_ID"] = f"simhost{host_of[rank]}"
     try:
         if init:
             kwargs = init if isinstance(init, dict) else {}
@@ -52,14 +54,15 @@ def shm_objects(pids):
 
 
 def spawn(fn, world_size, tmp_path, *args, timeout=120, pg_timeout=30, init=True, env=None,
-          expect_exit=None):
+          expect_exit=None, host_of=None):
     """Run fn on world_size ranks; returns the exit codes. `expect_exit` maps
-    rank -> expected exit code (default: every rank exits 0)."""
+    rank -> expected exit code (default: every rank exits 0). `host_of[rank]`
+    puts ranks on simulated hosts (OREG_CCL_HOST_ID): ZeroMQ between hosts."""
     tmp = str(tmp_path)
     ctx = mp.get_context("spawn")
     env = {"OMP_NUM_THREADS": "1", **(env or {})}
     procs = [
-        ctx.Process(target=_entry, args=(r, fn, world_size, tmp, args, pg_timeout, init, env))
+        ctx.Process(target=_entry, args=(r, fn, world_size, tmp, args, pg_timeout, init, env, host_of))
         for r in range(world_size)
     ]
     for p in procs:

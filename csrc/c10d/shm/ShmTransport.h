@@ -37,13 +37,6 @@ struct ShmMessageHeader;
 
 class ShmTransport final : public Transport {
  public:
-  // Rendezvous through the process group's store, as callbacks so this file
-  // needs no torch header: set(key, value), get(key) blocking until set.
-  struct Rendezvous {
-    std::function<void(const std::string&, const std::string&)> set;
-    std::function<std::string(const std::string&)> get;
-  };
-
   // Collective: every rank of the group calls it with the same rendezvous.
   static std::shared_ptr<ShmTransport> connect(int rank, int size, const Rendezvous& rdv);
   ~ShmTransport() override;

@@ -1,0 +1,75 @@
+#include "RoutedTransport.h"
+
+#include <c10/util/Exception.h>
+
+#include "shm/ShmTransport.h"
+#include "zmq/ZmqTransport.h"
+
+namespace openreg::ccl {
+
+RoutedTransport::RoutedTransport(const Topology& topology, const Rendezvous& rdv,
+                                 std::chrono::milliseconds timeout)
+    : topo_(topology) {
+  const auto& local = topo_.localRanks();
+  if (local.size() > 1)
+    shm_ = ShmTransport::connect(topo_.localIndex(), static_cast<int>(local.size()),
+                                 rdv.prefixed("host" + std::to_string(topo_.host()) + "/"));
+  std::vector<bool> remote(topo_.size());
+  for (int r = 0; r < topo_.size(); ++r) remote[r] = !topo_.isLocal(r);
+  ShmTransport* shm = shm_.get();
+  zmq_ = ZmqTransport::connect(topo_.rank, topo_.size(), remote, rdv, timeout,
+                               shm ? std::function<void()>([shm] { shm->wakeup(); }) : nullptr);
+}
+
+RoutedTransport::~RoutedTransport() {
+  zmq_.reset();  // stop the I/O thread before the doorbell it rings goes away
+}
+
+RequestPtr RoutedTransport::isend(Channel ch, int dst, uint64_t tag, const std::string& what,
+                                  const void* data, size_t bytes) {
+  TORCH_CHECK(dst >= 0 && dst < size() && dst != rank(), "oreg_ccl: invalid destination rank ", dst);
+  if (!topo_.isLocal(dst)) return zmq_->isend(ch, dst, tag, what, data, bytes);
+  auto req = shm_->isend(ch, topo_.localIndex(dst), tag, what, data, bytes);
+  req->peer = dst;
+  return req;
+}
+
+RequestPtr RoutedTransport::irecv(Channel ch, int src, uint64_t tag, const std::string& what,
+                                  size_t bytes, Sink sink) {
+  // Matching any source would need both transports to agree on who takes a
+  // message; like NCCL, oreg_ccl has no any-source receive across hosts.
+  TORCH_CHECK(src != kAnySource, "oreg_ccl: receiving from any source is not supported in a "
+              "process group that spans hosts; pass the source rank");
+  TORCH_CHECK(src >= 0 && src < size() && src != rank(), "oreg_ccl: invalid source rank ", src);
+  if (!topo_.isLocal(src)) return zmq_->irecv(ch, src, tag, what, bytes, std::move(sink));
+  auto req = shm_->irecv(ch, topo_.localIndex(src), tag, what, bytes, std::move(sink));
+  req->peer = src;
+  return req;
+}
+
+void RoutedTransport::progress(Clock::time_point until) {
+  if (zmq_->poll()) return;
+  if (!shm_) return zmq_->progress(until);
+  shm_->progress(until);  // also returns when the ZeroMQ side notifies
+  zmq_->poll();
+}
+
+void RoutedTransport::wakeup() {
+  if (shm_) shm_->wakeup();
+  zmq_->wakeup();
+}
+
+void RoutedTransport::cancel(const std::string& why, bool propagate) {
+  if (shm_) shm_->cancel(why, propagate);
+  zmq_->cancel(why, propagate);
+}
+
+std::string RoutedTransport::failure() const {
+  std::string f = zmq_->failure();
+  if (f.empty() && shm_) f = shm_->failure();
+  return f;
+}
+
+bool RoutedTransport::busy() const { return zmq_->busy() || (shm_ && shm_->busy()); }
+
+}  // namespace openreg::ccl

@@ -1,0 +1,655 @@
+#include "ZmqTransport.h"
+
+#include <c10/util/Exception.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <sstream>
+
+#include "../Config.h"
+#include "BindAddress.h"
+
+namespace openreg::ccl {
+
+static_assert(sizeof(zmq_msg_t) <= 64, "ZmqMessage storage too small");
+
+ZmqMessage::ZmqMessage() { zmq_msg_init(reinterpret_cast<zmq_msg_t*>(storage_)); }
+ZmqMessage::ZmqMessage(size_t bytes) {
+  TORCH_CHECK(zmq_msg_init_size(reinterpret_cast<zmq_msg_t*>(storage_), bytes) == 0,
+              "oreg_ccl: out of memory for a ", bytes, "-byte message");
+}
+ZmqMessage::ZmqMessage(ZmqMessage&& other) noexcept : ZmqMessage() {
+  zmq_msg_move(reinterpret_cast<zmq_msg_t*>(storage_), reinterpret_cast<zmq_msg_t*>(other.storage_));
+}
+ZmqMessage& ZmqMessage::operator=(ZmqMessage&& other) noexcept {
+  if (this != &other)
+    zmq_msg_move(reinterpret_cast<zmq_msg_t*>(storage_),
+                 reinterpret_cast<zmq_msg_t*>(other.storage_));
+  return *this;
+}
+ZmqMessage::~ZmqMessage() { zmq_msg_close(reinterpret_cast<zmq_msg_t*>(storage_)); }
+void* ZmqMessage::data() { return zmq_msg_data(reinterpret_cast<zmq_msg_t*>(storage_)); }
+size_t ZmqMessage::size() const {
+  return zmq_msg_size(const_cast<zmq_msg_t*>(reinterpret_cast<const zmq_msg_t*>(storage_)));
+}
+
+namespace {
+
+[[noreturn]] void throwDist(const std::string& msg) {
+  throw c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg);
+}
+
+std::string zmqError(const char* what) {
+  return std::string(what) + ": " + zmq_strerror(zmq_errno());
+}
+
+void setInt(void* socket, int option, int value) {
+  TORCH_CHECK(zmq_setsockopt(socket, option, &value, sizeof(value)) == 0,
+              zmqError("oreg_ccl: zmq_setsockopt"));
+}
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+constexpr int kLingerMs = 1000;  // bounded flush of the last messages at close
+
+}  // namespace
+
+ZmqTransport::ZmqTransport(int rank, int size, std::vector<bool> remote,
+                           std::function<void()> notify)
+    : rank_(rank),
+      size_(size),
+      remote_(std::move(remote)),
+      notifyHook_(std::move(notify)),
+      chunkBytes_(std::clamp<size_t>(config().zmqChunkBytes / kPieceAlign * kPieceAlign,
+                                     kPieceAlign, 16 << 20)),
+      endpoints_(size),
+      dealers_(size, nullptr),
+      monitors_(size, nullptr),
+      disconnectedAt_(size),
+      connected_(size),
+      inbox_(2 * size),
+      collRecvs_(size) {
+  for (auto& d : disconnectedAt_) d.store(0);
+  for (auto& c : connected_) c.store(false);
+  lastPeerCheck_ = Clock::now();
+}
+
+std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vector<bool> remote,
+                                                    const Rendezvous& rdv,
+                                                    std::chrono::milliseconds timeout,
+                                                    std::function<void()> notify) {
+  std::shared_ptr<ZmqTransport> t(new ZmqTransport(rank, size, std::move(remote), std::move(notify)));
+  // The group identity every message carries (see Wire.h).
+  if (rank == 0) {
+    std::random_device rd;
+    t->group_ = (uint64_t(rd()) << 32) ^ rd();
+    rdv.set("zmq/group", std::to_string(t->group_));
+  } else {
+    t->group_ = std::stoull(rdv.get("zmq/group"));
+  }
+  t->ctx_ = zmq_ctx_new();
+  TORCH_CHECK(t->ctx_, zmqError("oreg_ccl: zmq_ctx_new"));
+  t->router_ = zmq_socket(t->ctx_, ZMQ_ROUTER);
+  setInt(t->router_, ZMQ_RCVHWM, 0);  // never drop: TCP flow control bounds memory
+  setInt(t->router_, ZMQ_LINGER, 0);
+  int64_t maxMessage = static_cast<int64_t>(t->chunkBytes_ + 4096);
+  zmq_setsockopt(t->router_, ZMQ_MAXMSGSIZE, &maxMessage, sizeof(maxMessage));
+  std::string bind = "tcp://" + bindAddress() + ":*";
+  TORCH_CHECK(zmq_bind(t->router_, bind.c_str()) == 0,
+              zmqError(("oreg_ccl: cannot bind " + bind).c_str()));
+  char endpoint[256];
+  size_t len = sizeof(endpoint);
+  zmq_getsockopt(t->router_, ZMQ_LAST_ENDPOINT, endpoint, &len);
+  t->endpoints_[rank] = endpoint;
+  rdv.set("zmq/endpoint/" + std::to_string(rank), endpoint);
+
+  t->wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  TORCH_CHECK(t->wakeFd_ >= 0, "oreg_ccl: eventfd failed: ", std::strerror(errno));
+  static std::atomic<uint64_t> monitorId{0};
+  for (int p = 0; p < size; ++p) {
+    if (!t->remote_[p]) continue;
+    // Blocks until the peer published its address, or throws on the timeout.
+    t->endpoints_[p] = rdv.get("zmq/endpoint/" + std::to_string(p));
+    void* d = zmq_socket(t->ctx_, ZMQ_DEALER);
+    setInt(d, ZMQ_SNDHWM, 0);  // a send never blocks or drops
+    setInt(d, ZMQ_LINGER, kLingerMs);
+    setInt(d, ZMQ_RECONNECT_IVL, 100);
+    std::string mon = "inproc://oreg-ccl-monitor-" + std::to_string(getpid()) + "-" +
+                      std::to_string(monitorId++);
+    TORCH_CHECK(zmq_socket_monitor(d, mon.c_str(), ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) ==
+                    0,
+                zmqError("oreg_ccl: zmq_socket_monitor"));
+    void* m = zmq_socket(t->ctx_, ZMQ_PAIR);
+    TORCH_CHECK(zmq_connect(m, mon.c_str()) == 0, zmqError("oreg_ccl: monitor connect"));
+    TORCH_CHECK(zmq_connect(d, t->endpoints_[p].c_str()) == 0,
+                zmqError(("oreg_ccl: cannot connect to " + t->endpoints_[p]).c_str()));
+    t->dealers_[p] = d;
+    t->monitors_[p] = m;
+  }
+  t->io_ = std::thread([raw = t.get()] { raw->ioLoop(); });
+
+  // Every link must come up within the group's timeout.
+  auto deadline = Clock::now() + timeout;
+  for (;;) {
+    std::vector<int> missing;
+    for (int p = 0; p < size; ++p)
+      if (t->remote_[p] && !t->connected_[p].load()) missing.push_back(p);
+    if (missing.empty()) break;
+    if (Clock::now() >= deadline) {
+      std::ostringstream m;
+      m << "oreg_ccl: rank " << rank << " could not connect to";
+      for (int p : missing) m << " rank " << p << " (" << t->endpoints_[p] << ")";
+      m << " within the process group timeout; check that the hosts reach each other on the "
+           "interface oreg_ccl binds (set OREG_CCL_SOCKET_IFNAME to choose it)";
+      throwDist(m.str());
+    }
+    std::unique_lock<std::mutex> lock(t->notifyMutex_);
+    t->notifyCv_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  return t;
+}
+
+ZmqTransport::~ZmqTransport() {
+  {
+    std::lock_guard<std::mutex> g(ioMutex_);
+    stopping_ = true;
+  }
+  if (wakeFd_ >= 0) {
+    uint64_t one = 1;
+    (void)!write(wakeFd_, &one, sizeof(one));
+  }
+  if (io_.joinable()) io_.join();
+  for (int p = 0; p < size_; ++p) {
+    if (dealers_[p]) {
+      zmq_socket_monitor(dealers_[p], nullptr, 0);
+      zmq_close(dealers_[p]);
+    }
+    if (monitors_[p]) zmq_close(monitors_[p]);
+  }
+  if (router_) zmq_close(router_);
+  // Messages still queued must not outlive the payload copies they own.
+  outbox_.clear();
+  arrivals_.clear();
+  inbox_.clear();
+  if (ctx_) zmq_ctx_term(ctx_);  // waits at most kLingerMs for the last sends
+  if (wakeFd_ >= 0) close(wakeFd_);
+}
+
+// ---- sending -----------------------------------------------------------------
+
+ZmqMessage ZmqTransport::makeHeader(wire::Kind kind, uint64_t tag, const std::string& what,
+                                    size_t bytes, size_t offset, size_t chunk) const {
+  ZmqMessage m(sizeof(wire::Header));
+  auto* h = static_cast<wire::Header*>(m.data());
+  std::memset(h, 0, sizeof(*h));
+  h->magic = wire::kMagic;
+  h->version = wire::kVersion;
+  h->kind = static_cast<uint8_t>(kind);
+  h->src = static_cast<uint32_t>(rank_);
+  h->group = group_;
+  h->tag = tag;
+  h->bytes = bytes;
+  h->offset = offset;
+  h->chunk = chunk;
+  std::strncpy(h->what, what.c_str(), sizeof(h->what) - 1);
+  return m;
+}
+
+void ZmqTransport::enqueue(Outgoing&& out) {
+  {
+    std::lock_guard<std::mutex> g(ioMutex_);
+    outbox_.push_back(std::move(out));
+  }
+  uint64_t one = 1;
+  (void)!write(wakeFd_, &one, sizeof(one));
+}
+
+RequestPtr ZmqTransport::isend(Channel ch, int dst, uint64_t tag, const std::string& what,
+                               const void* data, size_t bytes) {
+  checkFailure();
+  TORCH_CHECK(dst >= 0 && dst < size_ && remote_[dst], "oreg_ccl: rank ", dst,
+              " is not reachable over ZeroMQ from rank ", rank_);
+  auto req = std::make_shared<Request>();
+  req->peer = dst;
+  const auto kind = ch == Channel::kCollective ? wire::Kind::kCollective : wire::Kind::kP2P;
+  const char* src = static_cast<const char*>(data);
+  // Chunk by chunk, so the I/O thread sends the first while we copy the next.
+  size_t offset = 0;
+  do {
+    size_t n = std::min(chunkBytes_, bytes - offset);
+    Outgoing out{dst, makeHeader(kind, tag, what, bytes, offset, n), ZmqMessage(n)};
+    if (n) std::memcpy(out.payload.data(), src + offset, n);
+    enqueue(std::move(out));
+    offset += n;
+  } while (offset < bytes);
+  // The bytes are ours now: the caller may reuse its buffer.
+  req->done.store(true, std::memory_order_release);
+  return req;
+}
+
+// ---- the I/O thread ------------------------------------------------------------
+
+void ZmqTransport::sendOrDrop(Outgoing& out) {
+  void* d = dealers_[out.dst];
+  // ZMQ_SNDHWM is 0 (unbounded), so these never block; a failure means the
+  // context is going away.
+  if (zmq_msg_send(static_cast<zmq_msg_t*>(out.header.raw()), d, ZMQ_SNDMORE) < 0) return;
+  zmq_msg_send(static_cast<zmq_msg_t*>(out.payload.raw()), d, 0);
+}
+
+void ZmqTransport::reject(const std::string& why) {
+  uint64_t n = ++rejected_;
+  // Warn on the first few and then rarely: a flood must not flood the log.
+  if (n <= 5 || n % 1000 == 0)
+    TORCH_WARN("oreg_ccl: rank ", rank_, " rejected a message (", n, " so far): ", why);
+}
+
+bool ZmqTransport::receiveOne() {
+  std::vector<ZmqMessage> frames;
+  for (;;) {
+    ZmqMessage f;
+    if (zmq_msg_recv(static_cast<zmq_msg_t*>(f.raw()), router_, frames.empty() ? ZMQ_DONTWAIT : 0) <
+        0)
+      return !frames.empty();
+    int more = zmq_msg_more(static_cast<zmq_msg_t*>(f.raw()));
+    if (frames.size() < 4) frames.push_back(std::move(f));  // more than 4 is malformed anyway
+    if (!more) break;
+  }
+  // frames[0] is the routing id the ROUTER added.
+  if (frames.size() != 3)
+    return reject("expected a header and a payload frame, got " + std::to_string(frames.size() - 1) +
+                  " frame(s)"),
+           true;
+  if (frames[1].size() != sizeof(wire::Header))
+    return reject("header frame of " + std::to_string(frames[1].size()) + " bytes, expected " +
+                  std::to_string(sizeof(wire::Header)) + " (not an oreg_ccl peer?)"),
+           true;
+  wire::Header h;
+  std::memcpy(&h, frames[1].data(), sizeof(h));
+  if (h.magic != wire::kMagic || h.version != wire::kVersion)
+    return reject("bad magic/version: not an oreg_ccl message"), true;
+  if (h.group != group_)
+    return reject("group id " + std::to_string(h.group) + " is not this group's (" +
+                  std::to_string(group_) +
+                  "): a message from another job, group or from before a restart"),
+           true;
+  if (h.src >= uint32_t(size_) || !remote_[h.src])
+    return reject("sender claims rank " + std::to_string(h.src) +
+                  ", which is no remote member of this group"),
+           true;
+  if (h.kind > static_cast<uint8_t>(wire::Kind::kAbort))
+    return reject("unknown message kind " + std::to_string(h.kind)), true;
+  // From here on the message names our group and a member: if it is
+  // inconsistent, that member is broken and the group must fail.
+  std::string broken;
+  if (!std::memchr(h.what, 0, sizeof(h.what)))
+    broken = "an unterminated operation name";
+  else if (frames[2].size() != h.chunk || h.chunk > h.bytes || h.offset > h.bytes - h.chunk)
+    broken = "a chunk of " + std::to_string(frames[2].size()) + " bytes claiming " +
+             std::to_string(h.chunk) + " bytes at offset " + std::to_string(h.offset) + " of " +
+             std::to_string(h.bytes);
+  if (!broken.empty()) {
+    cancel("oreg_ccl: rank " + std::to_string(rank_) + " received a malformed message from rank " +
+               std::to_string(h.src) + ": " + broken,
+           /*propagate=*/true);
+    return true;
+  }
+  if (h.kind == static_cast<uint8_t>(wire::Kind::kAbort)) {
+    std::string why(static_cast<const char*>(frames[2].data()), frames[2].size());
+    cancel("rank " + std::to_string(h.src) + " failed: " + why, /*propagate=*/false);
+    return true;
+  }
+  std::lock_guard<std::mutex> g(ioMutex_);
+  arrivals_.push_back(Arrival{h, std::move(frames[2])});
+  return true;
+}
+
+void ZmqTransport::readMonitor(int peer) {
+  for (;;) {
+    ZmqMessage event, address;
+    if (zmq_msg_recv(static_cast<zmq_msg_t*>(event.raw()), monitors_[peer], ZMQ_DONTWAIT) < 0)
+      return;
+    zmq_msg_recv(static_cast<zmq_msg_t*>(address.raw()), monitors_[peer], 0);
+    if (event.size() < 2) continue;
+    uint16_t id;
+    std::memcpy(&id, event.data(), sizeof(id));
+    if (id == ZMQ_EVENT_CONNECTED) {
+      connected_[peer].store(true);
+      disconnectedAt_[peer].store(0);
+    } else if (id == ZMQ_EVENT_DISCONNECTED) {
+      disconnectedAt_[peer].store(nowNs());
+    }
+  }
+}
+
+void ZmqTransport::ioLoop() {
+  std::vector<zmq_pollitem_t> items;
+  items.push_back({router_, 0, ZMQ_POLLIN, 0});
+  items.push_back({nullptr, wakeFd_, ZMQ_POLLIN, 0});
+  std::vector<int> monitorPeer;
+  for (int p = 0; p < size_; ++p) {
+    if (!monitors_[p]) continue;
+    items.push_back({monitors_[p], 0, ZMQ_POLLIN, 0});
+    monitorPeer.push_back(p);
+  }
+  for (;;) {
+    zmq_poll(items.data(), static_cast<int>(items.size()), 100);
+    if (items[1].revents) {
+      uint64_t v;
+      (void)!read(wakeFd_, &v, sizeof(v));
+    }
+    std::vector<Outgoing> out;
+    bool abort = false, stop = false;
+    std::string abortWhy;
+    {
+      std::lock_guard<std::mutex> g(ioMutex_);
+      out.swap(outbox_);
+      std::swap(abort, abortPending_);
+      abortWhy = abortWhy_;
+      stop = stopping_;
+    }
+    for (auto& o : out) sendOrDrop(o);
+    if (abort) {
+      for (int p = 0; p < size_; ++p) {
+        if (!dealers_[p]) continue;
+        Outgoing o{p, makeHeader(wire::Kind::kAbort, 0, "abort", abortWhy.size(), 0, abortWhy.size()),
+                   ZmqMessage(abortWhy.size())};
+        std::memcpy(o.payload.data(), abortWhy.data(), abortWhy.size());
+        sendOrDrop(o);
+      }
+    }
+    if (stop) return;
+    bool got = false;
+    while (receiveOne()) got = true;
+    bool events = false;
+    for (size_t i = 0; i < monitorPeer.size(); ++i) {
+      if (items[2 + i].revents) {
+        readMonitor(monitorPeer[i]);
+        events = true;
+      }
+    }
+    if (got || events) notify();
+  }
+}
+
+// ---- the progress side -----------------------------------------------------------
+
+void ZmqTransport::notify() {
+  {
+    std::lock_guard<std::mutex> g(notifyMutex_);
+    ++events_;
+  }
+  notifyCv_.notify_all();
+  if (notifyHook_) notifyHook_();
+}
+
+void ZmqTransport::wakeup() {
+  woken_.store(true, std::memory_order_release);
+  notify();
+}
+
+RequestPtr ZmqTransport::irecv(Channel ch, int src, uint64_t tag, const std::string& what,
+                               size_t bytes, Sink sink) {
+  checkFailure();
+  TORCH_CHECK((src >= 0 && src < size_ && remote_[src]) || (src == kAnySource && ch == Channel::kP2P),
+              "oreg_ccl: rank ", src, " is not reachable over ZeroMQ from rank ", rank_);
+  auto req = std::make_shared<Request>();
+  req->peer = src;
+  auto r = std::make_shared<PendingRecv>(PendingRecv{
+      req, src, tag, what.substr(0, sizeof(wire::Header::what) - 1), bytes, std::move(sink)});
+  if (ch == Channel::kCollective)
+    collRecvs_[src].push_back(r);
+  else
+    bindP2P(r);
+  match();
+  return req;
+}
+
+void ZmqTransport::bindP2P(const std::shared_ptr<PendingRecv>& r) {
+  // The earliest unmatched message with this (source, tag), like MPI.
+  for (int p = 0; p < size_; ++p) {
+    if (!remote_[p] || (r->src != kAnySource && r->src != p)) continue;
+    for (auto& m : inbox_[slot(p, Channel::kP2P)]) {
+      if (m->recv || m->tag != r->tag) continue;
+      if (m->bytes != r->bytes)
+        fail("oreg_ccl: rank " + std::to_string(rank_) + " posted a recv of " +
+                 std::to_string(r->bytes) + " bytes (tag " + std::to_string(r->tag) +
+                 ") but rank " + std::to_string(p) + " sent " + std::to_string(m->bytes) + " bytes",
+             false);
+      m->recv = r;
+      r->req->peer = p;
+      return;
+    }
+  }
+  p2pRecvs_.push_back(r);
+}
+
+void ZmqTransport::accept(Arrival&& a) {
+  const wire::Header& h = a.header;
+  const int src = static_cast<int>(h.src);
+  const Channel ch = h.kind == static_cast<uint8_t>(wire::Kind::kP2P) ? Channel::kP2P
+                                                                       : Channel::kCollective;
+  auto& box = inbox_[slot(src, ch)];
+  std::shared_ptr<Inbound> m;
+  bool open = !box.empty() && box.back()->arrived < box.back()->bytes;
+  if (h.offset == 0 && !open) {
+    m = std::make_shared<Inbound>();
+    m->tag = h.tag;
+    m->bytes = h.bytes;
+    m->what = h.what;
+    box.push_back(m);
+    if (ch == Channel::kP2P) {
+      // A receive may be waiting for it already.
+      for (auto it = p2pRecvs_.begin(); it != p2pRecvs_.end(); ++it) {
+        auto& r = *it;
+        if ((r->src != src && r->src != kAnySource) || r->tag != h.tag) continue;
+        if (r->bytes != h.bytes)
+          fail("oreg_ccl: rank " + std::to_string(rank_) + " posted a recv of " +
+                   std::to_string(r->bytes) + " bytes (tag " + std::to_string(r->tag) +
+                   ") but rank " + std::to_string(src) + " sent " + std::to_string(h.bytes) +
+                   " bytes",
+               false);
+        m->recv = r;
+        r->req->peer = src;
+        p2pRecvs_.erase(it);
+        break;
+      }
+    }
+  } else {
+    m = open ? box.back() : nullptr;
+    if (!m || h.offset != m->arrived || h.tag != m->tag || h.bytes != m->bytes)
+      fail("oreg_ccl: rank " + std::to_string(rank_) + " received an out-of-order chunk from rank " +
+               std::to_string(src) + " (offset " + std::to_string(h.offset) + " of " +
+               std::to_string(h.bytes) + " bytes, tag " + std::to_string(h.tag) + ")",
+           true);
+  }
+  m->arrived += h.chunk;
+  m->chunks.push_back(std::move(a.payload));
+}
+
+bool ZmqTransport::deliver(Inbound& m) {
+  bool progressed = false;
+  while (!m.chunks.empty()) {
+    ZmqMessage& c = m.chunks.front();
+    if (c.size()) m.recv->sink(c.data(), m.delivered, c.size());
+    m.delivered += c.size();
+    m.chunks.pop_front();
+    progressed = true;
+  }
+  return progressed;
+}
+
+void ZmqTransport::finishRecv(const std::shared_ptr<PendingRecv>& r, int src) {
+  r->req->peer = src;
+  r->req->done.store(true, std::memory_order_release);
+  if (r->req->onComplete) r->req->onComplete();
+}
+
+bool ZmqTransport::match() {
+  bool progressed = false;
+  for (int src = 0; src < size_; ++src) {
+    if (!remote_[src]) continue;
+    // Collectives: strictly in order; the head message must be the expected one.
+    auto& box = inbox_[slot(src, Channel::kCollective)];
+    auto& q = collRecvs_[src];
+    while (!box.empty()) {
+      auto m = box.front();
+      if (!m->recv) {
+        if (q.empty()) break;
+        auto r = q.front();
+        if (m->tag != r->tag || m->what != r->what || m->bytes != r->bytes) {
+          std::ostringstream s;
+          s << "oreg_ccl: mismatched collectives: rank " << rank_ << " runs " << r->what << " ("
+            << r->bytes << " bytes) but rank " << src << " runs " << m->what << " (" << m->bytes
+            << " bytes)";
+          if (m->tag < r->tag) s << " (a stale message, sequence " << m->tag << ")";
+          s << ". Every rank of a group must call the same collectives in the same order with "
+               "matching sizes and dtypes.";
+          fail(s.str(), true);
+        }
+        q.pop_front();
+        m->recv = r;
+      }
+      progressed |= deliver(*m);
+      if (m->delivered < m->bytes) break;
+      box.pop_front();
+      finishRecv(m->recv, src);
+      progressed = true;
+    }
+    // Send/recv: matched messages, in any order of completion.
+    auto& pbox = inbox_[slot(src, Channel::kP2P)];
+    for (auto it = pbox.begin(); it != pbox.end();) {
+      auto m = *it;
+      if (!m->recv) {
+        ++it;
+        continue;
+      }
+      progressed |= deliver(*m);
+      if (m->delivered < m->bytes) {
+        ++it;
+        continue;
+      }
+      it = pbox.erase(it);
+      finishRecv(m->recv, src);
+      progressed = true;
+    }
+  }
+  return progressed;
+}
+
+bool ZmqTransport::poll() {
+  checkFailure();
+  std::vector<Arrival> got;
+  {
+    std::lock_guard<std::mutex> g(ioMutex_);
+    got.swap(arrivals_);
+  }
+  for (auto& a : got) accept(std::move(a));
+  bool progressed = match() || !got.empty();
+  if (Clock::now() - lastPeerCheck_ > std::chrono::milliseconds(100)) {
+    lastPeerCheck_ = Clock::now();
+    checkPeers();
+  }
+  return progressed;
+}
+
+void ZmqTransport::progress(Clock::time_point until) {
+  for (;;) {
+    uint64_t seen;
+    {
+      std::lock_guard<std::mutex> g(notifyMutex_);
+      seen = events_;
+    }
+    if (poll() || woken_.exchange(false)) return;
+    auto now = Clock::now();
+    if (now >= until) return;
+    std::unique_lock<std::mutex> lock(notifyMutex_);
+    notifyCv_.wait_until(lock, std::min(until, now + std::chrono::milliseconds(100)),
+                         [&] { return events_ != seen; });
+  }
+}
+
+bool ZmqTransport::busy() const {
+  for (auto& q : collRecvs_)
+    if (!q.empty()) return true;
+  for (auto& box : inbox_)
+    for (auto& m : box)
+      if (m->recv) return true;
+  return !p2pRecvs_.empty();
+}
+
+void ZmqTransport::checkPeers() {
+  // A dropped connection matters only while we wait for that peer.
+  std::vector<bool> involved(size_, false);
+  for (int p = 0; p < size_; ++p) {
+    if (!collRecvs_[p].empty()) involved[p] = true;
+    for (Channel ch : {Channel::kCollective, Channel::kP2P})
+      for (auto& m : inbox_[slot(p, ch)])
+        if (m->recv && m->delivered < m->bytes) involved[p] = true;
+  }
+  for (auto& r : p2pRecvs_) {
+    if (r->src == kAnySource) std::fill(involved.begin(), involved.end(), true);
+    else involved[r->src] = true;
+  }
+  const int64_t now = nowNs();
+  for (int p = 0; p < size_; ++p) {
+    int64_t at = remote_[p] && involved[p] ? disconnectedAt_[p].load() : 0;
+    // Grace period: bytes the peer sent just before leaving may still be in
+    // flight on its own connection to us.
+    if (at == 0 || now - at < 500'000'000) continue;
+    fail("oreg_ccl: rank " + std::to_string(p) + " (" + endpoints_[p] +
+             ") closed its connection while rank " + std::to_string(rank_) +
+             " was exchanging data with it: the process exited or was killed",
+         true);
+  }
+}
+
+// ---- failure ------------------------------------------------------------------------
+
+std::string ZmqTransport::failure() const {
+  std::lock_guard<std::mutex> g(errorMutex_);
+  return error_;
+}
+
+void ZmqTransport::checkFailure() {
+  if (!failed_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> g(errorMutex_);
+  throwDist(error_);
+}
+
+void ZmqTransport::fail(const std::string& why, bool propagate) {
+  cancel(why, propagate);
+  std::lock_guard<std::mutex> g(errorMutex_);
+  throwDist(error_);
+}
+
+void ZmqTransport::cancel(const std::string& why, bool propagate) {
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> g(errorMutex_);
+    if (error_.empty()) {
+      error_ = why;
+      first = true;
+    }
+  }
+  failed_.store(true, std::memory_order_release);
+  if (propagate && first) {
+    {
+      std::lock_guard<std::mutex> g(ioMutex_);
+      abortPending_ = true;
+      abortWhy_ = why;
+    }
+    uint64_t one = 1;
+    if (wakeFd_ >= 0) (void)!write(wakeFd_, &one, sizeof(one));
+  }
+  wakeup();
+}
+
+}  // namespace openreg::ccl

@@ -1,0 +1,182 @@
+// ZmqTransport: the Transport between ranks on different hosts, over ZeroMQ
+// (libzmq's C API, TCP; no Python anywhere in the data path).
+//
+// Sockets: every rank binds one ROUTER socket on the address of BindAddress.h
+// (an ephemeral port, published in the c10d store) and, at group creation,
+// connects one DEALER socket to each peer's ROUTER. Per ordered pair that is
+// one TCP connection, so messages between two ranks arrive in order; the two
+// channels are told apart by the header's kind. Group creation waits until
+// every DEALER is connected: a peer that never publishes its address, or
+// cannot be reached, fails construction with a timeout error naming it.
+//
+// Threads: libzmq sockets are single-threaded, so one I/O thread owns them.
+// isend() copies the payload, in chunks, into libzmq messages and hands them
+// to that thread (a send completes at once and never waits for its receive;
+// the caller's buffer is free immediately). The I/O thread validates every
+// incoming message (Wire.h), queues it, and notifies the progress side, whose
+// thread matches messages to posted receives and feeds the Sinks straight
+// from libzmq's buffers (no extra copy).
+//
+// Failures: cancel(propagate) sends an abort message to every peer; a peer
+// whose connection drops while we exchange data with it fails the group
+// naming it (a killed process closes its sockets at once); anything else
+// ends in the collective's timeout.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "../Transport.h"
+#include "Wire.h"
+
+namespace openreg::ccl {
+
+// Owns one zmq_msg_t (64 opaque bytes; moved only with zmq_msg_move).
+class ZmqMessage {
+ public:
+  ZmqMessage();
+  explicit ZmqMessage(size_t bytes);
+  ZmqMessage(ZmqMessage&& other) noexcept;
+  ZmqMessage& operator=(ZmqMessage&& other) noexcept;
+  ZmqMessage(const ZmqMessage&) = delete;
+  ~ZmqMessage();
+  void* data();
+  size_t size() const;
+  void* raw() { return storage_; }
+
+ private:
+  alignas(8) unsigned char storage_[64];
+};
+
+class ZmqTransport final : public Transport {
+ public:
+  // Collective over the whole group: every rank calls it. `remote[p]` marks
+  // the peers this transport serves (the ranks on other hosts). `notify` is
+  // called from the I/O thread whenever progress() may have work, so a caller
+  // blocked elsewhere (RoutedTransport) can wake up.
+  static std::shared_ptr<ZmqTransport> connect(int rank, int size, std::vector<bool> remote,
+                                               const Rendezvous& rdv,
+                                               std::chrono::milliseconds timeout,
+                                               std::function<void()> notify = nullptr);
+  ~ZmqTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  RequestPtr isend(Channel channel, int dst, uint64_t tag, const std::string& what,
+                   const void* data, size_t bytes) override;
+  RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
+                   Sink sink) override;
+  void progress(Clock::time_point until) override;
+  void wakeup() override;
+  void cancel(const std::string& why, bool propagate) override;
+  std::string failure() const override;
+  bool busy() const override;
+
+  // One non-blocking round of progress; true if anything moved. Throws the
+  // transport's error.
+  bool poll();
+  // Messages dropped because they did not belong to this group.
+  uint64_t rejected() const { return rejected_.load(); }
+
+ private:
+  struct PendingRecv {
+    RequestPtr req;
+    int src;
+    uint64_t tag;
+    std::string what;
+    size_t bytes;
+    Sink sink;
+  };
+  // A logical message from one peer, assembled from its chunks.
+  struct Inbound {
+    uint64_t tag;
+    size_t bytes;
+    std::string what;
+    size_t arrived = 0;    // payload bytes received
+    size_t delivered = 0;  // payload bytes handed to the sink
+    std::deque<ZmqMessage> chunks;
+    std::shared_ptr<PendingRecv> recv;  // null until matched
+  };
+  struct Arrival {
+    wire::Header header;
+    ZmqMessage payload;
+  };
+  struct Outgoing {
+    int dst;
+    ZmqMessage header;
+    ZmqMessage payload;
+  };
+
+  ZmqTransport(int rank, int size, std::vector<bool> remote, std::function<void()> notify);
+  int slot(int peer, Channel ch) const { return peer * 2 + static_cast<int>(ch); }
+  ZmqMessage makeHeader(wire::Kind kind, uint64_t tag, const std::string& what, size_t bytes,
+                        size_t offset, size_t chunk) const;
+  void enqueue(Outgoing&& out);
+
+  // I/O thread.
+  void ioLoop();
+  bool receiveOne();
+  void reject(const std::string& why);
+  void readMonitor(int peer);
+  void sendOrDrop(Outgoing& out);
+
+  // Progress thread.
+  void accept(Arrival&& a);
+  bool match();
+  bool deliver(Inbound& m);
+  void bindP2P(const std::shared_ptr<PendingRecv>& r);
+  void finishRecv(const std::shared_ptr<PendingRecv>& r, int src);
+  void checkPeers();
+  void checkFailure();
+  [[noreturn]] void fail(const std::string& why, bool propagate);
+
+  void notify();
+
+  const int rank_;
+  const int size_;
+  const std::vector<bool> remote_;
+  const std::function<void()> notifyHook_;
+  const size_t chunkBytes_;
+  uint64_t group_ = 0;
+  std::vector<std::string> endpoints_;  // per rank
+
+  void* ctx_ = nullptr;
+  void* router_ = nullptr;
+  std::vector<void*> dealers_;   // per rank (null for local ranks)
+  std::vector<void*> monitors_;  // PAIR sockets receiving each DEALER's events
+  int wakeFd_ = -1;              // eventfd: wakes the I/O thread
+  std::thread io_;
+
+  // Shared between the I/O thread and the others.
+  std::mutex ioMutex_;
+  std::vector<Outgoing> outbox_;  // GUARDED_BY(ioMutex_)
+  std::vector<Arrival> arrivals_;  // GUARDED_BY(ioMutex_)
+  bool abortPending_ = false;      // GUARDED_BY(ioMutex_)
+  std::string abortWhy_;           // GUARDED_BY(ioMutex_)
+  bool stopping_ = false;          // GUARDED_BY(ioMutex_)
+  std::vector<std::atomic<int64_t>> disconnectedAt_;  // ns (steady clock), 0: connected
+  std::vector<std::atomic<bool>> connected_;
+  std::atomic<uint64_t> rejected_{0};
+
+  std::mutex notifyMutex_;
+  std::condition_variable notifyCv_;
+  uint64_t events_ = 0;  // GUARDED_BY(notifyMutex_)
+  std::atomic<bool> woken_{false};
+
+  // Progress-thread state.
+  std::vector<std::deque<std::shared_ptr<Inbound>>> inbox_;  // per slot(src, ch), arrival order
+  std::vector<std::deque<std::shared_ptr<PendingRecv>>> collRecvs_;  // per src
+  std::list<std::shared_ptr<PendingRecv>> p2pRecvs_;                 // posting order
+  Clock::time_point lastPeerCheck_;
+
+  std::atomic<bool> failed_{false};
+  mutable std::mutex errorMutex_;
+  std::string error_;  // GUARDED_BY(errorMutex_): first error wins
+};
+
+}  // namespace openreg::ccl
