@@ -14,7 +14,7 @@ if ! { [ -f /usr/include/zmq.h ] && command -v ip >/dev/null; }; then
 fi
 python -m pip install --quiet --disable-pip-version-check \
   "torch==2.13.0" ninja numpy "setuptools>=64" wheel \
-  matplotlib pytest pytest-xdist pytest-timeout expecttest
+  matplotlib pytest pytest-xdist pytest-timeout expecttest pyzmq
 # --no-build-isolation: compile against the torch installed above.
 # Autoload off while building: a stale openreg entry point must not break the
 # build's own "import torch".

@@ -33,7 +33,17 @@ void initBindings(py::module_& m) {
       // new_group() calls this on ranks left out of a group split from a
       // device-bound default group (NCCL's ncclCommSplit needs every rank).
       // oreg_ccl builds each group from its members only: nothing to do.
-      .def("perform_nocolor_split", [](OregBackend&, const py::object&) {});
+      .def("perform_nocolor_split", [](OregBackend&, const py::object&) {})
+      .def("_network_info", [](const OregBackend& b) {
+        auto i = b.networkInfo();
+        py::dict d;
+        d["topology"] = i.topology;
+        d["host_count"] = i.hostCount;
+        d["endpoint"] = i.endpoint;
+        d["group_id"] = i.groupId;
+        d["rejected"] = i.rejected;
+        return d;
+      });
   m.def("_ccl_busy_seconds", &collectiveBusySeconds);
 }
 

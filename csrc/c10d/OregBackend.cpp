@@ -15,6 +15,7 @@
 #include "Staging.h"
 #include "RoutedTransport.h"
 #include "shm/ShmTransport.h"
+#include "zmq/ZmqTransport.h"
 
 namespace openreg::ccl {
 
@@ -387,6 +388,18 @@ void OregBackend::shutdown() {
   }
   for (auto& op : left) op.work->complete(error);
   drainGraveyard();
+}
+
+OregBackend::NetworkInfo OregBackend::networkInfo() const {
+  NetworkInfo info;
+  info.topology = topology_.describe();
+  info.hostCount = static_cast<int>(topology_.hosts.size());
+  if (auto* routed = dynamic_cast<RoutedTransport*>(transport_.get())) {
+    info.endpoint = routed->zmq().endpoint(getRank());
+    info.groupId = routed->zmq().groupId();
+    info.rejected = routed->zmq().rejected();
+  }
+  return info;
 }
 
 void OregBackend::abort() {

@@ -130,6 +130,17 @@ class OregBackend final : public c10d::Backend {
   void shutdown() override;
   void abort() override;
 
+  // For tests and debugging: where this rank sits and what its network side
+  // did (Python: backend._network_info()).
+  struct NetworkInfo {
+    std::string topology;      // e.g. "host 0: 0 1 | host 1: 2 3"
+    int hostCount = 1;
+    std::string endpoint;      // this rank's ZeroMQ address ("" on one host)
+    uint64_t groupId = 0;      // the identity its messages carry (Wire.h)
+    uint64_t rejected = 0;     // messages dropped as not belonging to the group
+  };
+  NetworkInfo networkInfo() const;
+
  private:
   // A collective body runs to completion on the worker.
   using Body = std::function<void(Collective&)>;

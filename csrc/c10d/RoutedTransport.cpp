@@ -50,7 +50,9 @@ RequestPtr RoutedTransport::irecv(Channel ch, int src, uint64_t tag, const std::
 void RoutedTransport::progress(Clock::time_point until) {
   if (zmq_->poll()) return;
   if (!shm_) return zmq_->progress(until);
-  shm_->progress(until);  // also returns when the ZeroMQ side notifies
+  // Also returns when the ZeroMQ side notifies; bounded so that the ZeroMQ
+  // side's periodic checks (dropped peers) keep running.
+  shm_->progress(std::min(until, Clock::now() + std::chrono::milliseconds(100)));
   zmq_->poll();
 }
 

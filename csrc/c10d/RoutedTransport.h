@@ -40,6 +40,8 @@ class RoutedTransport final : public Transport {
   std::string failure() const override;
   bool busy() const override;
 
+  const ZmqTransport& zmq() const { return *zmq_; }
+
  private:
   const Topology topo_;
   std::shared_ptr<ShmTransport> shm_;  // null when this host runs one rank of the group

@@ -45,3 +45,155 @@ def p2p_across_hosts(rank, n):
 
 def test_send_recv_across_hosts(tmp_path):
     spawn(p2p_across_hosts, 3, tmp_path, host_of=(0, 0, 1))
+
+
+# ---- the wire protocol against a hostile peer -------------------------------------
+
+HEADER = "<IHBBIIQQQQQ104s"  # wire::Header (csrc/c10d/zmq/Wire.h), 160 bytes
+MAGIC, VERSION = 0x4C43434F, 1
+
+
+def header(group, src=0, kind=0, tag=0, nbytes=4, offset=0, chunk=4, what=b"allreduce#0",
+           magic=MAGIC, version=VERSION):
+    import struct
+
+    return struct.pack(HEADER, magic, version, kind, 0, src, 0, group, tag, nbytes, offset, chunk, what)
+
+
+def info_of(group=None):
+    return (group or dist.group.WORLD)._get_backend(torch.device("cpu"))._network_info()
+
+
+def hostile(rank, n, tmp):
+    import random
+
+    import zmq
+
+    if rank == 1:  # the victim: keep its warnings
+        log = os.open(f"{tmp}/stderr.1", os.O_WRONLY | os.O_CREAT, 0o600)
+        os.dup2(log, 2)
+    info = info_of()
+    assert info["host_count"] == 2 and info["endpoint"].startswith("tcp://127.0.0.1:")
+    infos = [None] * n
+    dist.all_gather_object(infos, info)
+    victim = infos[1]
+    if rank == 0:
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.connect(victim["endpoint"])
+        gid = victim["group_id"]
+        sock.send(b"garbage")                                      # one frame
+        sock.send_multipart([b"x" * 12, b"yyyy"])                  # short header
+        sock.send_multipart([header(gid, magic=0x1234), b"1234"])  # not oreg_ccl
+        sock.send_multipart([header(gid ^ 1), b"1234"])            # another job / before a restart
+        sock.send_multipart([header(gid, src=7), b"1234"])         # not a member
+        sock.send_multipart([header(gid, kind=9), b"1234"])        # unknown kind
+        rng = random.Random(0)
+        for _ in range(200):  # fuzz: random frames, random headers with a wrong group
+            frames = [rng.randbytes(rng.choice([0, 1, 159, 160, 161, 1000])) for _ in range(rng.randint(1, 4))]
+            if rng.random() < 0.5:
+                frames = [header(rng.getrandbits(64) | 1 if gid % 2 == 0 else rng.getrandbits(64) & ~1,
+                                 src=rng.randint(0, 3), kind=rng.randint(0, 3), tag=rng.getrandbits(64),
+                                 nbytes=rng.getrandbits(64), offset=rng.getrandbits(64),
+                                 chunk=rng.getrandbits(20)), rng.randbytes(8)]
+            sock.send_multipart(frames)
+    # The group is unharmed: exact results, before and after.
+    t = torch.full((1000,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((1000,), 3.0))
+    if rank == 1:
+        deadline = time.monotonic() + 20
+        while info_of()["rejected"] < 206 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert info_of()["rejected"] == 206, info_of()
+    dist.barrier()
+    if rank == 1:
+        log = open(f"{tmp}/stderr.1").read()
+        assert "rejected a message" in log and "another job" in log and "not an oreg_ccl" in log, log
+    # A message that names the group and a member but is malformed fails the
+    # group (that member would be broken): DistBackendError on every rank.
+    g = dist.new_group([0, 1])
+    ginfo = [None] * n
+    dist.all_gather_object(ginfo, info_of(g))
+    if rank == 0:
+        sock.close(0)
+        sock = zmq.Context.instance().socket(zmq.DEALER)  # a DEALER round-robins its peers
+        sock.connect(ginfo[1]["endpoint"])
+        sock.send_multipart([header(ginfo[1]["group_id"], chunk=64), b"1234"])
+        sock.close(1000)
+    time.sleep(1)
+    expect_dist_error(lambda: dist.all_reduce(torch.ones(4), group=g), "malformed")
+    dist.barrier()
+
+
+def test_hostile_peer_is_rejected(tmp_path):
+    spawn(hostile, 2, tmp_path, str(tmp_path), host_of=(0, 1))
+
+
+# ---- failures -------------------------------------------------------------------------
+
+
+def killed_across_hosts(rank, n, victim):
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    if rank == victim:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    for size in (2, 1 << 20):  # the first fails; the group stays failed
+        msg = expect_dist_error(lambda: dist.all_reduce(torch.ones(size)))
+    assert f"rank {victim}" in msg, msg
+    assert time.monotonic() - start < 10  # far below the 30 s group timeout
+    os._exit(0)  # skip destroy: the group is broken
+
+
+@pytest.mark.parametrize("victim", [2, 0], ids=["alone-on-its-host", "host-leader"])
+def test_killed_rank_across_hosts(tmp_path, victim):
+    spawn(killed_across_hosts, 3, tmp_path, victim, host_of=(0, 0, 1),
+          expect_exit={victim: -signal.SIGKILL})
+
+
+def hung(rank, n):
+    g = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=3))
+    if rank == 0:
+        start = time.monotonic()
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g), "timed out")
+        assert 2.5 < time.monotonic() - start < 8
+    else:
+        time.sleep(5)  # stops participating; learns about the failure afterwards
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g))
+    dist.barrier()
+
+
+def test_hung_rank_across_hosts(tmp_path):
+    spawn(hung, 2, tmp_path, host_of=(0, 1))
+
+
+def abort_wakes(rank, n):
+    g = dist.new_group(list(range(n)))
+    if rank == 0:
+        # Blocked in a collective rank 1 never joins; another thread aborts.
+        timer = threading.Timer(1.0, dist.distributed_c10d._abort_process_group, args=(g,))
+        timer.start()
+        start = time.monotonic()
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g))
+        assert time.monotonic() - start < 6
+        timer.join()
+    dist.barrier()
+
+
+@pytest.mark.parametrize("hosts", [(0, 0), (0, 1)], ids=["one-host", "two-hosts"])
+def test_abort_from_another_thread_wakes_collectives(tmp_path, hosts):
+    spawn(abort_wakes, 2, tmp_path, host_of=hosts)
+
+
+def never_joins(rank, n, tmp):
+    if rank == 1:
+        return  # never creates the group
+    start = time.monotonic()
+    with pytest.raises(Exception, match="(?i)timeout|timed out"):
+        dist.init_process_group("oreg_ccl", init_method=f"file://{tmp}/lonely", rank=0, world_size=2,
+                                timeout=datetime.timedelta(seconds=3))
+    assert time.monotonic() - start < 15
+
+
+def test_peer_that_never_appears_times_out(tmp_path):
+    spawn(never_joins, 2, tmp_path, str(tmp_path), init=False, host_of=(0, 1))

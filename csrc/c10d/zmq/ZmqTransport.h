@@ -82,6 +82,8 @@ class ZmqTransport final : public Transport {
   bool poll();
   // Messages dropped because they did not belong to this group.
   uint64_t rejected() const { return rejected_.load(); }
+  uint64_t groupId() const { return group_; }
+  const std::string& endpoint(int rank) const { return endpoints_.at(rank); }
 
  private:
   struct PendingRecv {
