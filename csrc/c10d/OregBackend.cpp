@@ -228,6 +228,7 @@ void OregBackend::runOp(Op& op) {
     auto e = asDistError(std::current_exception());
     // The peers of a failed collective would wait for us: fail them too.
     transport_->cancel(messageOf(e), /*propagate=*/true);
+    transport_->quiesce();  // before the failed operation's tensors go back
     op.work->complete(e);
     failAll(e);
   }
@@ -264,6 +265,7 @@ void OregBackend::drainGraveyard() {
 
 void OregBackend::failAll(std::exception_ptr error) {
   if (!broken_) broken_ = error;
+  transport_->quiesce();
   for (auto& f : inflight_) f.work->complete(error);
   std::lock_guard<std::mutex> g(mutex_);
   for (auto& f : inflight_) deadFlights_.push_back(std::move(f));

@@ -72,6 +72,8 @@ std::string RoutedTransport::failure() const {
   return f;
 }
 
+void RoutedTransport::quiesce() { zmq_->quiesce(); }
+
 bool RoutedTransport::busy() const { return zmq_->busy() || (shm_ && shm_->busy()); }
 
 }  // namespace openreg::ccl

@@ -94,6 +94,12 @@ class Transport {
 
   // True if there are posted requests not yet complete.
   virtual bool busy() const = 0;
+
+  // After cancel(): return once the transport no longer reads any caller
+  // buffer (a transport that sends from them asynchronously waits, bounded,
+  // for those sends to be released), so failed operations can hand their
+  // tensors back. Called by the progress thread.
+  virtual void quiesce() {}
 };
 
 // Rendezvous through the process group's store, as callbacks so transports

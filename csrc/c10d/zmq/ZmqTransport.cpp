@@ -22,6 +22,12 @@ ZmqMessage::ZmqMessage(size_t bytes) {
   TORCH_CHECK(zmq_msg_init_size(reinterpret_cast<zmq_msg_t*>(storage_), bytes) == 0,
               "oreg_ccl: out of memory for a ", bytes, "-byte message");
 }
+ZmqMessage::ZmqMessage(void* data, size_t bytes, void (*release)(void*, void*), void* hint) {
+  if (zmq_msg_init_data(reinterpret_cast<zmq_msg_t*>(storage_), data, bytes, release, hint) != 0) {
+    release(data, hint);
+    TORCH_CHECK(false, "oreg_ccl: zmq_msg_init_data failed");
+  }
+}
 ZmqMessage::ZmqMessage(ZmqMessage&& other) noexcept : ZmqMessage() {
   zmq_msg_move(reinterpret_cast<zmq_msg_t*>(storage_), reinterpret_cast<zmq_msg_t*>(other.storage_));
 }
@@ -58,6 +64,18 @@ int64_t nowNs() {
 }
 
 constexpr int kLingerMs = 1000;  // bounded flush of the last messages at close
+// Below this a copy is cheaper than tracking the buffer's release.
+constexpr size_t kZeroCopyBytes = 64 << 10;
+
+// One send: its request completes when libzmq released every chunk, i.e.
+// once the bytes are in the kernel, which delivers them even if this process
+// dies right after (a copy still queued in libzmq would die with it).
+struct TrackedSend {
+  RequestPtr req;
+  std::atomic<int64_t> chunks;
+  void* transport;
+  char* copy;  // small messages: our copy of the payload (else null: the caller's buffer)
+};
 
 }  // namespace
 
@@ -168,6 +186,7 @@ ZmqTransport::~ZmqTransport() {
   if (io_.joinable()) io_.join();
   for (int p = 0; p < size_; ++p) {
     if (dealers_[p]) {
+      // Still-queued data refers to caller buffers only if quiesce() gave up.
       zmq_socket_monitor(dealers_[p], nullptr, 0);
       zmq_close(dealers_[p]);
     }
@@ -220,24 +239,54 @@ RequestPtr ZmqTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
   req->peer = dst;
   const auto kind = ch == Channel::kCollective ? wire::Kind::kCollective : wire::Kind::kP2P;
   const char* src = static_cast<const char*>(data);
-  // Chunk by chunk, so the I/O thread sends the first while we copy the next.
+  const size_t chunks = bytes == 0 ? 1 : (bytes + chunkBytes_ - 1) / chunkBytes_;
+  const bool zeroCopy = bytes >= kZeroCopyBytes;
+  auto* ts = new TrackedSend{req, static_cast<int64_t>(chunks), this, nullptr};
+  if (!zeroCopy && bytes) {
+    // Small: copy, so the caller's buffer is free at once.
+    ts->copy = static_cast<char*>(std::malloc(bytes));
+    TORCH_CHECK(ts->copy, "oreg_ccl: out of host memory for a ", bytes, "-byte message");
+    std::memcpy(ts->copy, data, bytes);
+    src = ts->copy;
+  }
+  if (zeroCopy) chunksInFlight_ += static_cast<int64_t>(chunks);
+  ++sendsInFlight_;
+  // Chunk by chunk, so the I/O thread sends the first while we queue the next.
   size_t offset = 0;
   do {
     size_t n = std::min(chunkBytes_, bytes - offset);
-    Outgoing out{dst, makeHeader(kind, tag, what, bytes, offset, n), ZmqMessage(n)};
-    if (n) std::memcpy(out.payload.data(), src + offset, n);
-    enqueue(std::move(out));
+    enqueue(Outgoing{dst, makeHeader(kind, tag, what, bytes, offset, n),
+                     ZmqMessage(const_cast<char*>(src + offset), n, &releaseChunk, ts)});
     offset += n;
   } while (offset < bytes);
-  // The bytes are ours now: the caller may reuse its buffer.
-  req->done.store(true, std::memory_order_release);
+  // A copied message never blocks the caller's buffer, but it completes only
+  // once it left this process (see TrackedSend).
   return req;
+}
+
+void ZmqTransport::releaseChunk(void*, void* hint) {
+  // Runs on a libzmq thread; the transport outlives it (zmq_ctx_term in the
+  // destructor returns only after every message was released).
+  auto* ts = static_cast<TrackedSend*>(hint);
+  auto* self = static_cast<ZmqTransport*>(ts->transport);
+  const bool zeroCopy = ts->copy == nullptr;
+  if (ts->chunks.fetch_sub(1) == 1) {
+    {
+      std::lock_guard<std::mutex> g(self->releasedMutex_);
+      self->released_.push_back(std::move(ts->req));
+    }
+    std::free(ts->copy);
+    delete ts;
+  }
+  if (zeroCopy) self->chunksInFlight_.fetch_sub(1);
+  self->notify();
 }
 
 // ---- the I/O thread ------------------------------------------------------------
 
 void ZmqTransport::sendOrDrop(Outgoing& out) {
   void* d = dealers_[out.dst];
+  if (!d) return;  // dropped after a failure (quiesce)
   // ZMQ_SNDHWM is 0 (unbounded), so these never block; a failure means the
   // context is going away.
   if (zmq_msg_send(static_cast<zmq_msg_t*>(out.header.raw()), d, ZMQ_SNDMORE) < 0) return;
@@ -346,7 +395,7 @@ void ZmqTransport::ioLoop() {
       (void)!read(wakeFd_, &v, sizeof(v));
     }
     std::vector<Outgoing> out;
-    bool abort = false, stop = false;
+    bool abort = false, stop = false, drop = false;
     std::string abortWhy;
     {
       std::lock_guard<std::mutex> g(ioMutex_);
@@ -354,6 +403,7 @@ void ZmqTransport::ioLoop() {
       std::swap(abort, abortPending_);
       abortWhy = abortWhy_;
       stop = stopping_;
+      std::swap(drop, dropSends_);
     }
     for (auto& o : out) sendOrDrop(o);
     if (abort) {
@@ -363,6 +413,17 @@ void ZmqTransport::ioLoop() {
                    ZmqMessage(abortWhy.size())};
         std::memcpy(o.payload.data(), abortWhy.data(), abortWhy.size());
         sendOrDrop(o);
+      }
+    }
+    if (drop) {
+      // The group failed and a peer stopped reading: release the caller
+      // buffers libzmq still holds by closing the DEALERs without lingering.
+      for (int p = 0; p < size_; ++p) {
+        if (!dealers_[p]) continue;
+        setInt(dealers_[p], ZMQ_LINGER, 0);
+        zmq_socket_monitor(dealers_[p], nullptr, 0);
+        zmq_close(dealers_[p]);
+        dealers_[p] = nullptr;
       }
     }
     if (stop) return;
@@ -545,6 +606,16 @@ bool ZmqTransport::match() {
 }
 
 bool ZmqTransport::poll() {
+  std::vector<RequestPtr> sent;
+  {
+    std::lock_guard<std::mutex> g(releasedMutex_);
+    sent.swap(released_);
+  }
+  for (auto& req : sent) {
+    --sendsInFlight_;
+    req->done.store(true, std::memory_order_release);
+    if (req->onComplete) req->onComplete();
+  }
   checkFailure();
   std::vector<Arrival> got;
   {
@@ -552,7 +623,7 @@ bool ZmqTransport::poll() {
     got.swap(arrivals_);
   }
   for (auto& a : got) accept(std::move(a));
-  bool progressed = match() || !got.empty();
+  bool progressed = match() || !got.empty() || !sent.empty();
   if (Clock::now() - lastPeerCheck_ > std::chrono::milliseconds(100)) {
     lastPeerCheck_ = Clock::now();
     checkPeers();
@@ -576,7 +647,31 @@ void ZmqTransport::progress(Clock::time_point until) {
   }
 }
 
+void ZmqTransport::quiesce() {
+  // Sends to live peers drain at network speed; libzmq keeps data for a dead
+  // peer queued forever (for a reconnect), so after a while drop it.
+  auto waitDrained = [&](Clock::duration d) {
+    auto until = Clock::now() + d;
+    while (chunksInFlight_.load() > 0 && Clock::now() < until) {
+      std::unique_lock<std::mutex> lock(notifyMutex_);
+      notifyCv_.wait_for(lock, std::chrono::milliseconds(10));
+    }
+    return chunksInFlight_.load() == 0;
+  };
+  if (waitDrained(std::chrono::seconds(2))) return;
+  {
+    std::lock_guard<std::mutex> g(ioMutex_);
+    dropSends_ = true;
+  }
+  uint64_t one = 1;
+  (void)!write(wakeFd_, &one, sizeof(one));
+  if (!waitDrained(std::chrono::seconds(10)))
+    TORCH_WARN("oreg_ccl: rank ", rank_, ": ", chunksInFlight_.load(),
+               " message chunks still held by libzmq after a failure");
+}
+
 bool ZmqTransport::busy() const {
+  if (sendsInFlight_.load() > 0) return true;
   for (auto& q : collRecvs_)
     if (!q.empty()) return true;
   for (auto& box : inbox_)

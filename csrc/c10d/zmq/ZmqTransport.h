@@ -10,9 +10,10 @@
 // cannot be reached, fails construction with a timeout error naming it.
 //
 // Threads: libzmq sockets are single-threaded, so one I/O thread owns them.
-// isend() copies the payload, in chunks, into libzmq messages and hands them
-// to that thread (a send completes at once and never waits for its receive;
-// the caller's buffer is free immediately). The I/O thread validates every
+// isend() hands the payload, in chunks, to that thread: small messages are
+// copied (the send completes at once), larger ones are sent zero-copy from
+// the caller's buffer and complete when libzmq releases the last chunk (once
+// it is written to the socket; never waiting for the receive). The I/O thread validates every
 // incoming message (Wire.h), queues it, and notifies the progress side, whose
 // thread matches messages to posted receives and feeds the Sinks straight
 // from libzmq's buffers (no extra copy).
@@ -41,6 +42,8 @@ class ZmqMessage {
  public:
   ZmqMessage();
   explicit ZmqMessage(size_t bytes);
+  // Refers to `data` without copying; libzmq calls release(data, hint) when done.
+  ZmqMessage(void* data, size_t bytes, void (*release)(void*, void*), void* hint);
   ZmqMessage(ZmqMessage&& other) noexcept;
   ZmqMessage& operator=(ZmqMessage&& other) noexcept;
   ZmqMessage(const ZmqMessage&) = delete;
@@ -76,6 +79,7 @@ class ZmqTransport final : public Transport {
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;
   bool busy() const override;
+  void quiesce() override;
 
   // One non-blocking round of progress; true if anything moved. Throws the
   // transport's error.
@@ -138,6 +142,7 @@ class ZmqTransport final : public Transport {
   [[noreturn]] void fail(const std::string& why, bool propagate);
 
   void notify();
+  static void releaseChunk(void* data, void* hint);
 
   const int rank_;
   const int size_;
@@ -164,6 +169,13 @@ class ZmqTransport final : public Transport {
   std::vector<std::atomic<int64_t>> disconnectedAt_;  // ns (steady clock), 0: connected
   std::vector<std::atomic<bool>> connected_;
   std::atomic<uint64_t> rejected_{0};
+  bool dropSends_ = false;  // GUARDED_BY(ioMutex_): close the DEALERs, dropping queued data
+  // Zero-copy sends: chunks libzmq still holds, and finished requests for the
+  // progress thread to complete.
+  std::atomic<int64_t> chunksInFlight_{0};
+  std::atomic<int64_t> sendsInFlight_{0};
+  std::mutex releasedMutex_;
+  std::vector<RequestPtr> released_;  // GUARDED_BY(releasedMutex_)
 
   std::mutex notifyMutex_;
   std::condition_variable notifyCv_;
