@@ -74,7 +74,8 @@ struct TrackedSend {
   RequestPtr req;
   std::atomic<int64_t> chunks;
   void* transport;
-  char* copy;  // small messages: our copy of the payload (else null: the caller's buffer)
+  bool zeroCopy;  // the chunks point into the caller's buffer
+  char* copy;     // otherwise: our copy of the payload (null if empty)
 };
 
 }  // namespace
@@ -241,7 +242,7 @@ RequestPtr ZmqTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
   const char* src = static_cast<const char*>(data);
   const size_t chunks = bytes == 0 ? 1 : (bytes + chunkBytes_ - 1) / chunkBytes_;
   const bool zeroCopy = bytes >= kZeroCopyBytes;
-  auto* ts = new TrackedSend{req, static_cast<int64_t>(chunks), this, nullptr};
+  auto* ts = new TrackedSend{req, static_cast<int64_t>(chunks), this, zeroCopy, nullptr};
   if (!zeroCopy && bytes) {
     // Small: copy, so the caller's buffer is free at once.
     ts->copy = static_cast<char*>(std::malloc(bytes));
@@ -269,7 +270,7 @@ void ZmqTransport::releaseChunk(void*, void* hint) {
   // destructor returns only after every message was released).
   auto* ts = static_cast<TrackedSend*>(hint);
   auto* self = static_cast<ZmqTransport*>(ts->transport);
-  const bool zeroCopy = ts->copy == nullptr;
+  const bool zeroCopy = ts->zeroCopy;
   if (ts->chunks.fetch_sub(1) == 1) {
     {
       std::lock_guard<std::mutex> g(self->releasedMutex_);
