@@ -34,12 +34,14 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "../runtime/OpenRegException.h"
 #include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegGenerator.h"
 #include "../runtime/OpenRegStream.h"
+#include "FallbackStats.h"
 #include "InferenceCache.h"
 #include "Kernels.h"
 #include "Launch.h"
@@ -642,7 +644,50 @@ void logFallback(const c10::OperatorHandle& op, bool async) {
     std::fprintf(stderr, "openreg fallback (%s): %s\n", async ? "async" : "sync", name.c_str());
 }
 
+// Per-operator call counts (FallbackStats.h), keyed by the dispatcher's
+// OperatorName, whose address is stable for the operator's lifetime.
+struct FallbackCounter {
+  std::mutex mutex;
+  std::unordered_map<const c10::OperatorName*, std::pair<std::string, uint64_t>> counts;  // GUARDED_BY mutex
+};
+
+FallbackCounter& fallbackCounter() {
+  static FallbackCounter* counter = new FallbackCounter();  // leaked: used until exit
+  return *counter;
+}
+
+void countFallback(const c10::OperatorHandle& op) {
+  FallbackCounter& c = fallbackCounter();
+  const c10::OperatorName* key = &op.operator_name();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto [it, inserted] = c.counts.try_emplace(key);
+  if (inserted) it->second.first = c10::toString(*key);
+  ++it->second.second;
+}
+
 }  // namespace
+
+}  // namespace openreg::kernels
+
+namespace openreg {
+
+std::vector<std::pair<std::string, uint64_t>> fallbackCounts() {
+  auto& c = kernels::fallbackCounter();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (const auto& [key, entry] : c.counts) out.push_back(entry);
+  return out;
+}
+
+void resetFallbackCounts() {
+  auto& c = kernels::fallbackCounter();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.counts.clear();
+}
+
+}  // namespace openreg
+
+namespace openreg::kernels {
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t num_args = op.schema().arguments().size();
@@ -657,6 +702,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               "Could not run '", op.schema().name(), "' with arguments from the "
                               "'openreg' backend: it has no native openreg kernel and no CPU "
                               "kernel for the generic path to run.");
+  countFallback(op);
   probeRandomFillArguments(op, args, num_args);
   c10::DeviceGuard guard(*device);
   if (tryRunAsynchronously(op, stack, num_args, *device)) {

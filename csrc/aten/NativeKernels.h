@@ -3,6 +3,7 @@
 // through the generic fallback (Fallback.cpp).
 #pragma once
 
+#include <ATen/core/IListRef.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Scalar.h>
 
@@ -67,7 +68,7 @@ at::Tensor addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tenso
 at::Tensor baddbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
                    const at::Scalar& beta, const at::Scalar& alpha);
 
-// Reduction.cpp
+// Reduction.cpp: reductions and softmax
 at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                    std::optional<at::ScalarType> dtype);
 at::Tensor mean_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
@@ -78,6 +79,59 @@ at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& out
                             at::ScalarType input_dtype);
 at::Tensor log_softmax_backward(const at::Tensor& grad_output, const at::Tensor& output,
                                 int64_t dim, at::ScalarType input_dtype);
+at::Tensor max(const at::Tensor& self);
+std::tuple<at::Tensor, at::Tensor> max_dim(const at::Tensor& self, int64_t dim, bool keepdim);
+at::Tensor amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim);
+at::Tensor argmax(const at::Tensor& self, std::optional<int64_t> dim, bool keepdim);
+at::Tensor linalg_vector_norm(const at::Tensor& self, const at::Scalar& ord,
+                              at::OptionalIntArrayRef dim, bool keepdim,
+                              std::optional<at::ScalarType> dtype);
+
+// Concat.cpp: concatenation and splitting copies
+at::Tensor cat(const at::ITensorListRef& tensors, int64_t dim);
+at::Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out);
+std::vector<at::Tensor> split_with_sizes_copy(const at::Tensor& self, c10::SymIntArrayRef split_sizes,
+                                              int64_t dim);
+void split_with_sizes_copy_out(const at::Tensor& self, c10::SymIntArrayRef split_sizes, int64_t dim,
+                               at::TensorList out);
+at::Tensor _chunk_cat(at::TensorList tensors, int64_t dim, int64_t num_chunks);
+at::Tensor& _chunk_cat_out(at::TensorList tensors, int64_t dim, int64_t num_chunks, at::Tensor& out);
+
+// Foreach.cpp: the _foreach_* ops of the optimizers and clip_grad_norm_, one launch per list
+void foreach_add_scalar_(at::TensorList self, const at::Scalar& scalar);
+std::vector<at::Tensor> foreach_add_scalar(at::TensorList self, const at::Scalar& scalar);
+void foreach_add_list_(at::TensorList self, at::TensorList other, const at::Scalar& alpha);
+std::vector<at::Tensor> foreach_add_list(at::TensorList self, at::TensorList other,
+                                         const at::Scalar& alpha);
+void foreach_add_tensor_(at::TensorList self, const at::Tensor& other, const at::Scalar& alpha);
+void foreach_mul_scalar_(at::TensorList self, const at::Scalar& scalar);
+std::vector<at::Tensor> foreach_mul_scalar(at::TensorList self, const at::Scalar& scalar);
+void foreach_mul_list_(at::TensorList self, at::TensorList other);
+void foreach_mul_tensor_(at::TensorList self, const at::Tensor& other);
+void foreach_div_scalar_(at::TensorList self, const at::Scalar& scalar);
+void foreach_div_scalarlist_(at::TensorList self, at::ArrayRef<at::Scalar> scalars);
+void foreach_lerp_scalar_(at::TensorList self, at::TensorList end, const at::Scalar& weight);
+void foreach_addcmul_scalar_(at::TensorList self, at::TensorList t1, at::TensorList t2,
+                             const at::Scalar& value);
+void foreach_addcdiv_scalar_(at::TensorList self, at::TensorList t1, at::TensorList t2,
+                             const at::Scalar& value);
+void foreach_addcdiv_scalarlist_(at::TensorList self, at::TensorList t1, at::TensorList t2,
+                                 at::ArrayRef<at::Scalar> scalars);
+void foreach_sqrt_(at::TensorList self);
+std::vector<at::Tensor> foreach_sqrt(at::TensorList self);
+std::vector<at::Tensor> foreach_norm(at::TensorList self, const at::Scalar& ord,
+                                     std::optional<at::ScalarType> dtype);
+
+// Attention.cpp: scaled_dot_product_attention takes the CPU's flash kernel
+std::tuple<at::Tensor, at::Tensor> sdpa_flash_cpu(const at::Tensor& query, const at::Tensor& key,
+                                                  const at::Tensor& value, double dropout_p,
+                                                  bool is_causal,
+                                                  const std::optional<at::Tensor>& attn_mask,
+                                                  std::optional<double> scale);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> sdpa_flash_cpu_backward(
+    const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key,
+    const at::Tensor& value, const at::Tensor& out, const at::Tensor& logsumexp, double dropout_p,
+    bool is_causal, const std::optional<at::Tensor>& attn_mask, std::optional<double> scale);
 
 // Nn.cpp
 std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm(

@@ -1,4 +1,5 @@
-// Native reductions and softmax: sum, mean, (log_)softmax and their backward.
+// Native reductions and softmax: sum, mean, max, amax, argmax, vector norm,
+// (log_)softmax and their backward.
 #include <ATen/ops/_log_softmax_backward_data_cpu_dispatch.h>
 #include <ATen/ops/_log_softmax_backward_data_meta.h>
 #include <ATen/ops/_log_softmax_cpu_dispatch.h>
@@ -7,6 +8,15 @@
 #include <ATen/ops/_softmax_backward_data_meta.h>
 #include <ATen/ops/_softmax_cpu_dispatch.h>
 #include <ATen/ops/_softmax_meta.h>
+#include <ATen/ops/amax_cpu_dispatch.h>
+#include <ATen/ops/amax_meta.h>
+#include <ATen/ops/argmax_cpu_dispatch.h>
+#include <ATen/ops/argmax_meta.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/linalg_vector_norm_cpu_dispatch.h>
+#include <ATen/ops/linalg_vector_norm_meta.h>
+#include <ATen/ops/max_cpu_dispatch.h>
+#include <ATen/ops/max_meta.h>
 #include <ATen/ops/mean_cpu_dispatch.h>
 #include <ATen/ops/mean_meta.h>
 #include <ATen/ops/sum_cpu_dispatch.h>
@@ -29,6 +39,62 @@ Tensor mean_dim(const Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                 std::optional<at::ScalarType> dtype) {
   return structured<at::meta::structured_mean_dim>(
       "mean", [](Tensor& out, auto&... a) { at::cpu::mean_out(out, a...); }, self, dim, keepdim, dtype);
+}
+
+namespace {
+
+// Checks the CPU kernel makes inside its dtype dispatch (e.g. complex input):
+// run it on a one-element host tensor of the same dtype, so the error is the
+// CPU's own and is raised on the host, not in a kernel.
+template <class Fn>
+void probeDtype(const Tensor& self, Fn cpu_fn) {
+  if (!self.is_complex()) return;
+  cpu_fn(at::zeros({1}, self.options().device(c10::kCPU)));
+}
+
+}  // namespace
+
+Tensor max(const Tensor& self) {
+  c10::Device device = opDevice("max", self);
+  c10::DeviceGuard guard(device);
+  // ReduceAllOps.cpp's check, made before any output exists.
+  TORCH_CHECK(self.numel() > 0,
+              "max(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+              "reduction dim with the 'dim' argument.");
+  probeDtype(self, [](const Tensor& t) { at::cpu::max(t); });
+  Tensor out = allocateOutput({}, {}, self.options());
+  launchOnCurrentStream(
+      out, [o = kernelView(out), s = kernelView(self)]() mutable { at::cpu::max_out(o, s); },
+      {self}, {out});
+  return out;
+}
+
+std::tuple<Tensor, Tensor> max_dim(const Tensor& self, int64_t dim, bool keepdim) {
+  probeDtype(self, [&](const Tensor& t) { at::cpu::max(t, 0, keepdim); });
+  auto out = structuredN<at::meta::structured_max_dim, 2>(
+      "max", [](std::array<Tensor, 2>& o, auto&... a) { at::cpu::max_out(o[0], o[1], a...); },
+      self, dim, keepdim);
+  return {out[0], out[1]};
+}
+
+Tensor amax(const Tensor& self, at::IntArrayRef dim, bool keepdim) {
+  probeDtype(self, [&](const Tensor& t) { at::cpu::amax(t, {}, keepdim); });
+  return structured<at::meta::structured_amax>(
+      "amax", [](Tensor& out, auto&... a) { at::cpu::amax_out(out, a...); }, self, dim, keepdim);
+}
+
+Tensor argmax(const Tensor& self, std::optional<int64_t> dim, bool keepdim) {
+  probeDtype(self, [&](const Tensor& t) { at::cpu::argmax(t, std::nullopt, keepdim); });
+  return structured<at::meta::structured_argmax>(
+      "argmax", [](Tensor& out, auto&... a) { at::cpu::argmax_out(out, a...); }, self, dim, keepdim);
+}
+
+Tensor linalg_vector_norm(const Tensor& self, const at::Scalar& ord, at::OptionalIntArrayRef dim,
+                          bool keepdim, std::optional<at::ScalarType> dtype) {
+  return structured<at::meta::structured_linalg_vector_norm>(
+      "linalg_vector_norm",
+      [](Tensor& out, auto&... a) { at::cpu::linalg_vector_norm_out(out, a...); }, self, ord, dim,
+      keepdim, dtype);
 }
 
 Tensor softmax(const Tensor& self, int64_t dim, bool half_to_float) {

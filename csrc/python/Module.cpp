@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "../aten/FallbackStats.h"
 #include "../aten/Launch.h"
 #include "../runtime/OpenRegCachingAllocator.h"
 #include "../runtime/OpenRegException.h"
@@ -88,6 +89,14 @@ PYBIND11_MODULE(_C, m) {
     OPENREG_CHECK(orStreamSynchronize(raw));
     return std::chrono::duration<double, std::micro>(launched - start).count() / static_cast<double>(n);
   });
+  // Calls per operator that took the generic fallback, to check that an
+  // operator is served natively (tests/ops/test_native_kernels.py).
+  m.def("_fallback_counts", [] {
+    py::dict counts;
+    for (const auto& [name, n] : fallbackCounts()) counts[py::str(name)] = n;
+    return counts;
+  });
+  m.def("_reset_fallback_counts", [] { resetFallbackCounts(); });
   // A kernel that fails, to exercise asynchronous error reporting.
   m.def("_raise_in_kernel", [](const std::string& message) {
     c10::Stream s = getCurrentStream(current_device());
