@@ -186,6 +186,13 @@ def device_peak_memory(device) -> int:
     return 0
 
 
+def host_layout(device):
+    """oreg_ccl's view of which ranks share a (possibly simulated) host."""
+    if dist.get_backend() != "oreg_ccl":
+        return "n/a"
+    return dist.group.WORLD._get_backend(device)._network_info()["topology"]
+
+
 def main(argv=None):
     args = parse_args(argv)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -266,7 +273,8 @@ def main(argv=None):
                    "tokens_per_second": tokens / elapsed if elapsed else 0.0,
                    "peak_memory_bytes_per_device": peaks, "bf16": args.bf16,
                    # rank 0's oreg_ccl worker time in collectives (overlaps compute)
-                   "collective_seconds": collective_seconds() - comm0}
+                   "collective_seconds": collective_seconds() - comm0,
+                   "hosts": host_layout(device) if distributed else "1 host"}
         os.makedirs(args.out_dir, exist_ok=True)
         with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1)

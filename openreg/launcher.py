@@ -3,13 +3,21 @@
     openreg-run                       # DDP on 4 openreg devices, ~1 minute
     openreg-run --devices 8 --strategy fsdp2 --bf16
     openreg-run --devices 4 --strategy tp --steps 100
+    openreg-run --nodes 2 --devices 2 --strategy hsdp   # 2 simulated hosts x 2 devices
 
 A thin layer over torchrun (``torch.distributed.run --standalone``): every option
-other than --devices is passed to the training script (see ``launch/train.py --help``).
+other than --devices and --nodes is passed to the training script (see
+``launch/train.py --help``). With --nodes M it starts M torchrun agents on this
+machine, one per simulated host (``--nnodes=M --node-rank=i``, each with its own
+OREG_CCL_HOST_ID), so oreg_ccl uses shared memory within a host and ZeroMQ over
+loopback TCP between hosts, as on a real cluster.
 """
 import argparse
 import os
+import socket
+import subprocess
 import sys
+import time
 
 
 def _train_script() -> str:
@@ -24,15 +32,55 @@ def _train_script() -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="openreg-run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--devices", type=int, default=4, help="processes = simulated devices")
+    parser.add_argument("--devices", type=int, default=4,
+                        help="simulated devices (= processes) per host")
+    parser.add_argument("--nodes", type=int, default=1, help="simulated hosts")
     args, train_args = parser.parse_known_args(argv)
-    if args.devices < 1:
-        parser.error("--devices must be at least 1")
+    if args.devices < 1 or args.nodes < 1:
+        parser.error("--devices and --nodes must be at least 1")
     env = os.environ
     if int(env.get("OPENREG_DEVICE_COUNT", "8")) < args.devices:
         env["OPENREG_DEVICE_COUNT"] = str(args.devices)
-    from torch.distributed.run import main as torchrun
-    torchrun(["--standalone", f"--nproc-per-node={args.devices}", _train_script(), *train_args])
+    if args.nodes == 1:
+        from torch.distributed.run import main as torchrun
+        torchrun(["--standalone", f"--nproc-per-node={args.devices}", _train_script(), *train_args])
+        return
+    sys.exit(_run_nodes(args.nodes, args.devices, train_args))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_nodes(nodes: int, devices: int, train_args) -> int:
+    """One torchrun agent per simulated host; the first failure stops them all."""
+    port = _free_port()
+    agents = []
+    for node in range(nodes):
+        env = dict(os.environ, OREG_CCL_HOST_ID=f"node{node}")
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
+               f"--node-rank={node}", f"--nproc-per-node={devices}", "--master-addr=127.0.0.1",
+               f"--master-port={port}", _train_script(), *train_args]
+        agents.append(subprocess.Popen(cmd, env=env))
+    try:
+        while True:
+            codes = [a.poll() for a in agents]
+            if any(c not in (None, 0) for c in codes) or all(c == 0 for c in codes):
+                break
+            time.sleep(0.2)
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.terminate()
+        for a in agents:
+            try:
+                a.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                a.kill()
+                a.wait()
+    return max(abs(a.returncode) for a in agents)
 
 
 if __name__ == "__main__":

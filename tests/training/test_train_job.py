@@ -66,3 +66,20 @@ def test_checkpoint_resume_at_a_different_world_size(cpu_reference, tmp_path):
     assert resumed["first_step"] == 10
     for got, want in zip(resumed["losses"], cpu_reference["losses"][10:]):
         assert got == pytest.approx(want, rel=2e-4, abs=2e-4)
+
+
+@pytest.mark.timeout(600)
+def test_two_simulated_hosts_match_single_process_cpu(cpu_reference, tmp_path):
+    # openreg-run --nodes 2: two torchrun agents, shared memory within a host,
+    # ZeroMQ between them; HSDP replicates across the hosts.
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "openreg.launcher", "--nodes", "2", "--devices", "2",
+           "--strategy", "hsdp", "--steps", str(STEPS), "--no-plot", "--out-dir", str(tmp_path)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    with open(os.path.join(tmp_path, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["world_size"] == 4
+    assert summary["hosts"] == "host 0: 0 1 | host 1: 2 3"
+    for step, (got, want) in enumerate(zip(summary["losses"], cpu_reference["losses"])):
+        assert got == pytest.approx(want, rel=2e-4, abs=2e-4), (step, got, want)
