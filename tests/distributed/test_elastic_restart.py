@@ -2,19 +2,26 @@
 
 The training script (this file run as a script by torchrun) trains a small
 model on openreg:LOCAL_RANK with DDP over oreg_ccl on seeded data, saving a
-checkpoint per rank every few steps. On the first attempt
-(TORCHELASTIC_RESTART_COUNT == 0) one rank SIGKILLs itself in the middle of the
-run; torchrun restarts the group, every rank resumes from its last checkpoint
-and finishes. Asserted: torchrun exits 0, the second attempt resumed from a
-step > 0, its losses and final parameters equal (bit for bit) those of the same
-job run without a failure, and /dev/shm holds no oreg_ccl object of any worker
-of either attempt.
+checkpoint per rank every few steps. Once per job, one rank SIGKILLs itself in
+the middle of the run; torchrun restarts the group, every rank resumes from its
+last checkpoint and finishes. Asserted: torchrun exits 0, every rank ran again
+and resumed from a step > 0, the losses after it and the final parameters
+equal (bit for bit) those of the same job run without a failure, and /dev/shm
+holds no oreg_ccl object of any worker of either attempt.
+
+Two layouts: one torchrun agent with 4 workers (--standalone), and two agents
+on simulated hosts (--nnodes=2, c10d rendezvous on a free local port, a
+different OREG_CCL_HOST_ID each: shared memory within a host, ZeroMQ between),
+where the workers also check that oreg_ccl saw two hosts. The reference run
+uses the same layout (the hierarchical reduction order differs from the
+single-host one, so results are only bit-identical within a layout).
 """
 import datetime
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -43,8 +50,9 @@ def _train(out, fail):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-    with open(os.path.join(out, f"pid.{rank}.{attempt}"), "w") as f:
+    # Files are named by pid, not TORCHELASTIC_RESTART_COUNT: with several
+    # agents, one restarting for another's failure keeps its count.
+    with open(os.path.join(out, f"pid.{rank}.{os.getpid()}"), "w") as f:
         f.write(str(os.getpid()))
     dev = torch.device("openreg", local)
     torch.openreg.set_device(dev)
@@ -63,12 +71,16 @@ def _train(out, fail):
         opt.load_state_dict(state["opt"])
         start = state["step"]
     ddp = DDP(model)
-    with open(os.path.join(out, f"start.{rank}.{attempt}"), "w") as f:
-        f.write(str(start))
+    if os.environ.get("OREG_TEST_HOSTS") == "2":
+        # oreg_ccl's own view: two hosts, so ZeroMQ between them.
+        hosts = dist.group.WORLD._get_backend(dev)._hosts
+        assert len(hosts) == 2 and sorted(sum(hosts, [])) == list(range(WORLD)), hosts
 
     losses = {}
     for step in range(start, STEPS):
-        if fail and attempt == 0 and rank == VICTIM and step == KILL_AT:
+        killed = os.path.join(out, "killed")
+        if fail and rank == VICTIM and step == KILL_AT and not os.path.exists(killed):
+            open(killed, "w").close()  # once per job
             os.kill(os.getpid(), signal.SIGKILL)
         x, y = (t.to(dev) for t in _batch(step, rank))
         opt.zero_grad()
@@ -93,21 +105,35 @@ def _train(out, fail):
 # ------------------------------------------------------------------ test side
 
 
-def _launch(out, fail, name):
+def _launch(out, fail, hosts):
+    """Start the job; returns its torchrun processes (one per simulated host)."""
     os.makedirs(out, exist_ok=True)
-    cmd = torchrun_cmd(
-        "--standalone", f"--nproc-per-node={WORLD}", "--max-restarts=1",
-        "--monitor-interval=0.1", os.path.abspath(__file__), out, "fail" if fail else "clean")
-    log = open(os.path.join(out, "torchrun.log"), "w")
-    # --standalone: c10d rendezvous on a port the OS picks (no clash under xdist).
-    p = subprocess.Popen(cmd, env=worker_env(), stdout=log, stderr=subprocess.STDOUT, cwd=out,
-                         start_new_session=True)
-    log.close()
-    return p
+    args = [os.path.abspath(__file__), out, "fail" if fail else "clean"]
+    common = ["--max-restarts=1", "--monitor-interval=0.1"]
+    if hosts == 1:
+        # --standalone: c10d rendezvous on a port the OS picks (no clash under xdist).
+        cmds = [(torchrun_cmd("--standalone", f"--nproc-per-node={WORLD}", *common, *args), {})]
+    else:
+        port = free_port()
+        run_id = f"oreg-elastic-{os.getpid()}-{port}"
+        cmds = [(torchrun_cmd(
+            f"--nnodes={hosts}", f"--nproc-per-node={WORLD // hosts}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}",
+            f"--rdzv-conf=is_host={int(i == 0)}", *common, *args),
+            {"OREG_CCL_HOST_ID": f"elastic-{os.getpid()}-{i}", "OREG_TEST_HOSTS": hosts})
+            for i in range(hosts)]
+    procs = []
+    for i, (cmd, extra) in enumerate(cmds):
+        log = open(os.path.join(out, f"torchrun.{i}.log"), "w")
+        procs.append(subprocess.Popen(cmd, env=worker_env(**extra), stdout=log,
+                                      stderr=subprocess.STDOUT, cwd=out, start_new_session=True))
+        log.close()
+    return procs
 
 
 @pytest.mark.timeout(200)
-def test_torchrun_restart_resumes_from_checkpoint(tmp_path):
+@pytest.mark.parametrize("hosts", [1, 2], ids=["1host", "2hosts"])
+def test_torchrun_restart_resumes_from_checkpoint(tmp_path, hosts):
     import torch
 
     from _harness import shm_objects
@@ -118,13 +144,14 @@ def test_torchrun_restart_resumes_from_checkpoint(tmp_path):
     try:
         # Both jobs at once: the reference run without failure and the one that fails.
         for name, out in runs.items():
-            procs[name] = _launch(out, name == "fail", name)
+            for i, p in enumerate(_launch(out, name == "fail", hosts)):
+                procs[f"{name}.{i}"] = p
         hung = wait_all(procs, timeout=150)
-        logs = "".join(f"\n--- {n} ---\n{tail(os.path.join(o, 'torchrun.log'))}"
-                       for n, o in runs.items())
+        logs = "".join(f"\n--- {n} ---\n{tail(os.path.join(runs[n.split('.')[0]], f'torchrun.{n[-1]}.log'))}"
+                       for n in procs)
         assert not hung, f"{hung} still running after 150 s (killed){logs}"
         codes = {n: p.returncode for n, p in procs.items()}
-        assert codes == {"clean": 0, "fail": 0}, f"torchrun exit codes {codes}{logs}"
+        assert set(codes.values()) == {0}, f"torchrun exit codes {codes}{logs}"
     finally:
         for p in procs.values():
             kill_tree(p)
@@ -133,15 +160,13 @@ def test_torchrun_restart_resumes_from_checkpoint(tmp_path):
                 kill_pids(pids_in(out), script)
 
     fail = runs["fail"]
-    # The victim died on the first attempt, and a second attempt ran.
-    assert os.path.exists(os.path.join(fail, f"start.{VICTIM}.0")), logs
-    assert sorted(f for f in os.listdir(fail) if f.startswith("start.") and f.endswith(".1")) == [
-        f"start.{r}.1" for r in range(WORLD)], logs
-    assert not os.path.exists(os.path.join(runs["clean"], "pid.0.1")), "the clean run restarted"
-    resumed = (KILL_AT // EVERY) * EVERY
+    # The victim died, every rank ran again, and the clean run ran once.
+    assert os.path.exists(os.path.join(fail, "killed")), logs
     for r in range(WORLD):
-        with open(os.path.join(fail, f"start.{r}.1")) as f:
-            assert int(f.read()) == resumed > 0
+        assert len([f for f in os.listdir(fail) if f.startswith(f"pid.{r}.")]) >= 2, (r, logs)
+        assert len([f for f in os.listdir(runs["clean"]) if f.startswith(f"pid.{r}.")]) == 1
+    resumed = (KILL_AT // EVERY) * EVERY
+    assert resumed > 0
 
     ref = torch.load(os.path.join(runs["clean"], "final.0.pt"))
     assert sorted(ref["losses"]) == list(range(STEPS))
@@ -155,9 +180,39 @@ def test_torchrun_restart_resumes_from_checkpoint(tmp_path):
             assert torch.equal(got["params"][k], v), (r, k)
 
     pids = pids_in(fail) + pids_in(runs["clean"])
-    assert len(pids_in(fail)) == 2 * WORLD
     leaked = shm_objects(pids)
     assert not leaked, f"shared memory left behind: {leaked}"
+
+
+def _recreate_over_stale_store(rank, n, tmp, counts):
+    import torch
+    import torch.distributed as dist
+    from openreg import _C
+
+    store = dist.FileStore(os.path.join(tmp, "shared_store"), n)
+    timeout = datetime.timedelta(seconds=30)
+    for attempt, count in enumerate(counts):
+        # What an agent restarting for another node's failure hands its
+        # workers: the same restart count as before (and the same store).
+        os.environ["TORCHELASTIC_RESTART_COUNT"] = str(count[rank])
+        if attempt and rank == 0:
+            time.sleep(0.5)  # the others read the store before rank 0 wrote anything
+        backend = _C._OregCCLBackend(store, rank, n, timeout)
+        t = torch.full((1000,), float(rank + attempt))
+        backend.allreduce([t]).wait()
+        assert torch.equal(t, torch.full((1000,), float(sum(range(n)) + n * attempt)))
+        backend.shutdown()
+
+
+def test_group_recreated_over_the_previous_attempts_keys(tmp_path):
+    """A restarted job creates its group again over a store that still holds the
+    previous attempt's keys, with restart counts that need not agree across
+    ranks (torchrun's shared c10d store; pytorch/pytorch#135712): oreg_ccl must
+    not pick up the old attempt's keys."""
+    from _harness import spawn
+
+    spawn(_recreate_over_stale_store, 3, tmp_path, str(tmp_path),
+          [(0, 0, 0), (1, 0, 1), (1, 0, 1)], init=False, timeout=120)
 
 
 if __name__ == "__main__":

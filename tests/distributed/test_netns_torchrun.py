@@ -9,8 +9,8 @@ through the veth and within a node through shared memory.
 
 The workers (this file run as a script) check every kind of collective and
 cross-node send/recv against values computed locally from seeds, and that the
-backend really saw two hosts: the host identities and ZeroMQ endpoints oreg_ccl
-published in the store (ranks on two hosts, endpoints on each node's veth
+backend really saw two hosts: its topology (backend._hosts: ranks 0,1 | 2,3)
+and the ZeroMQ endpoints it published in the store (each on its node's veth
 address). From outside, the test checks that the veth carried at least the
 bytes the large all_reduce must move between the hosts, and that nothing is
 left in /dev/shm. Needs root and iproute2 (CI: scripts/setup.sh); fails
@@ -117,23 +117,22 @@ def _worker(out_dir):
     assert torch.equal(got.cpu(), theirs)
     dist.barrier()
 
-    # What oreg_ccl published in the group's store: one host identity per
-    # node, and each rank's ZeroMQ endpoint on its node's veth address.
-    # (c10d hands a backend the group's store under the prefix "<device>/" of
-    # the first device type it serves (a group holds one custom backend, here
-    # created for "cpu" and used for openreg too); oreg_ccl adds
-    # "oreg_ccl/<restart count>/".)
+    # The backend's own view: two hosts (ranks 0,1 | 2,3), so ZeroMQ between
+    # them; and the ZeroMQ endpoint each rank published in the group's store
+    # is on its node's veth address.
+    backend = dist.group.WORLD._get_backend(dev)
+    assert backend._hosts == [[0, 1], [2, 3]], backend._hosts
     _, group_store = dist.distributed_c10d._world.pg_map[dist.group.WORLD]
-    key = f"oreg_ccl/{os.environ['TORCHELASTIC_RESTART_COUNT']}/"
+    # (c10d hands a backend the group's store under "<device type>/" of the
+    # first device type it serves: a group holds one custom backend, created
+    # for "cpu" and used for openreg too.)
     stores = [dist.PrefixStore(f"{d}/", group_store) for d in ("cpu", "openreg")]
-    stores = [s for s in stores if s.check([key + "host/0"])]
-    assert stores, "oreg_ccl published no host identities in the group's store"
-    store = stores[0]
+    key = backend._store_prefix + "zmq/endpoint/"
+    stores = [s for s in stores if s.check([key + "0"])]
+    assert stores, "oreg_ccl published no ZeroMQ endpoints in the group's store"
     addrs = json.loads(os.environ["OREG_TEST_ADDRS"])
-    hosts = [store.get(key + f"host/{r}").decode() for r in range(n)]
-    assert hosts[0] == hosts[1] and hosts[2] == hosts[3] and hosts[0] != hosts[2], hosts
     for r in range(n):
-        ep = store.get(key + f"zmq/endpoint/{r}").decode()
+        ep = stores[0].get(key + str(r)).decode()
         assert ep.startswith(f"tcp://{addrs[r // PER_NODE]}:"), (r, ep, addrs)
 
     dist.destroy_process_group()
