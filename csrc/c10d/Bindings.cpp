@@ -3,6 +3,7 @@
 // and its Options (deep-copyable: split_group deep-copies `backend.options`).
 // openreg/_ccl.py registers the backend with torch.distributed.
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "OregBackend.h"
@@ -30,6 +31,11 @@ void initBindings(py::module_& m) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("options", &OregBackend::options)
+      // Introspection for tests: the group ranks of each host (host order of
+      // first rank; more than one host means ZeroMQ between them), and the
+      // prefix of the group's keys in its store.
+      .def_property_readonly("_hosts", [](const OregBackend& b) { return b.topology().hosts; })
+      .def_property_readonly("_store_prefix", &OregBackend::storePrefix)
       // new_group() calls this on ranks left out of a group split from a
       // device-bound default group (NCCL's ncclCommSplit needs every rank).
       // oreg_ccl builds each group from its members only: nothing to do.

@@ -8,6 +8,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
+#include <random>
+#include <sstream>
 
 #include "../aten/Launch.h"
 #include "../runtime/OpenRegStream.h"
@@ -21,10 +23,84 @@ namespace openreg::ccl {
 
 namespace {
 
-std::string restartKey() {
-  // torchrun restarts reuse the store: keep each attempt's keys apart.
-  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  return std::string("oreg_ccl/") + (restart ? restart : "0") + "/";
+// The key prefix of this incarnation of the group, unique to it.
+//
+// torchrun's c10d rendezvous shares one TCPStore with the workers for the
+// whole job, so when a restarted job creates the group again the previous
+// attempt's keys (shared-memory ids, ZeroMQ endpoints) are still there, and
+// TORCHELASTIC_RESTART_COUNT cannot keep attempts apart: an agent that
+// restarts its workers because another node failed does not count a restart,
+// so ranks of one attempt can see different counts (pytorch/pytorch#135712,
+// #108158). Instead the ranks agree on a fresh random id, each proving it
+// belongs to the current attempt with a nonce: rank r publishes hello/r =
+// nonce_r; rank 0 publishes a roster (its own nonce, then the nonces it read);
+// rank r accepts a roster only once it lists nonce_r (which only this
+// attempt's rank 0 can have read), acknowledges with rank 0's nonce, and
+// every rank uses rank 0's nonce as the prefix. Rank 0 re-reads the hello of
+// every rank that has not acknowledged yet (it may have read a stale one) and
+// republishes the roster until all have.
+std::string attemptPrefix(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                          std::chrono::milliseconds timeout) {
+  std::random_device rd;
+  const std::string mine = std::to_string((uint64_t(rd()) << 32) ^ rd());
+  if (size == 1) return "oreg_ccl/" + mine + "/";
+  const std::string base = "oreg_ccl/attempt/";
+  auto put = [&](const std::string& k, const std::string& v) {
+    store->set(base + k, std::vector<uint8_t>(v.begin(), v.end()));
+  };
+  // The value of `k`, or "" while it does not exist.
+  auto peek = [&](const std::string& k) {
+    if (!store->check({base + k})) return std::string();
+    auto v = store->get(base + k);
+    return std::string(v.begin(), v.end());
+  };
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = [&, delay = std::chrono::microseconds(100)](const char* what) mutable {
+    if (std::chrono::steady_clock::now() > deadline)
+      OREG_CCL_THROW("oreg_ccl: rank ", rank, " timed out after ", timeout.count(),
+                     " ms waiting for ", what, " while creating a group of ", size);
+    std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::microseconds(5000));
+  };
+  put("hello/" + std::to_string(rank), mine);
+  if (rank != 0) {
+    for (;;) {
+      std::vector<std::string> roster;
+      std::stringstream in(peek("roster"));
+      for (std::string item; std::getline(in, item, ',');) roster.push_back(item);
+      if (static_cast<int>(roster.size()) == size && roster[rank] == mine) {
+        put("ack/" + std::to_string(rank), roster[0]);
+        return "oreg_ccl/" + roster[0] + "/";
+      }
+      pause("the other ranks (roster of rank 0)");
+    }
+  }
+  std::vector<std::string> seen(size);
+  std::vector<bool> acked(size, false);
+  seen[0] = mine;
+  acked[0] = true;
+  for (int missing = size - 1;;) {
+    bool changed = false;
+    for (int q = 1; q < size; ++q) {
+      if (acked[q]) continue;
+      std::string hello = peek("hello/" + std::to_string(q));
+      changed |= hello != seen[q];
+      seen[q] = std::move(hello);
+    }
+    if (changed) {
+      std::string roster;
+      for (int q = 0; q < size; ++q) roster += (q ? "," : "") + seen[q];
+      put("roster", roster);
+    }
+    for (int q = 1; q < size; ++q) {
+      if (!acked[q] && peek("ack/" + std::to_string(q)) == mine) {
+        acked[q] = true;
+        --missing;
+      }
+    }
+    if (missing == 0) return "oreg_ccl/" + mine + "/";
+    pause("the other ranks (acknowledgements)");
+  }
 }
 
 // Run `fn` once `req` completes (it may already have, inside isend/irecv).
@@ -62,8 +138,9 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
     : Backend(rank, size), options_(std::move(options)) {
   TORCH_CHECK_VALUE(size >= 1 && rank >= 0 && rank < size, "oreg_ccl: invalid rank ", rank,
                     " for a group of ", size);
-  const std::string prefix = restartKey();
   const auto timeout = options_->timeout;
+  storePrefix_ = attemptPrefix(store, rank, size, timeout);
+  const std::string& prefix = storePrefix_;
   Rendezvous rdv{
       [store, prefix](const std::string& k, const std::string& v) {
         store->set(prefix + k, std::vector<uint8_t>(v.begin(), v.end()));

@@ -58,6 +58,10 @@ class OregBackend final : public c10d::Backend {
   const std::string getBackendName() const override { return "oreg_ccl"; }
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override { return options_; }
   c10::intrusive_ptr<Options> options() const { return options_; }
+  // Read-only introspection (tests): which ranks share a host, and the prefix
+  // of this group's keys in its store.
+  const Topology& topology() const { return topology_; }
+  const std::string& storePrefix() const { return storePrefix_; }
   void setTimeout(std::chrono::milliseconds timeout) override { options_->timeout = timeout; }
 
   // Capabilities (isolated here: c10d is moving them to a capabilities() bitset).
@@ -197,6 +201,7 @@ class OregBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<Options> options_;
   Topology topology_;  // which ranks share a host
+  std::string storePrefix_;  // unique to this incarnation of the group (see attemptPrefix)
   std::shared_ptr<Transport> transport_;
   uint64_t seq_ = 0;  // collectives issued (caller thread)
   uint64_t splitCount_ = 0;
