@@ -197,3 +197,23 @@ def never_joins(rank, n, tmp):
 
 def test_peer_that_never_appears_times_out(tmp_path):
     spawn(never_joins, 2, tmp_path, str(tmp_path), init=False, host_of=(0, 1))
+
+
+def mesh_across_hosts(rank, n):
+    # A 2-D DeviceMesh splits the group once per dimension: the replicate
+    # groups span the hosts, the shard groups stay within one. Each split
+    # creates a CPU and an openreg backend over the same store.
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("openreg", (2, 2), mesh_dim_names=("replicate", "shard"))
+    for name, hosts in (("replicate", 2), ("shard", 1)):
+        g = mesh.get_group(name)
+        assert g._get_backend(torch.device("openreg"))._network_info()["host_count"] == hosts
+        t = torch.full((3,), float(rank), device=torch.device("openreg", rank))
+        dist.all_reduce(t, group=g)
+        peers = dist.get_process_group_ranks(g)
+        assert t.cpu().tolist() == [float(sum(peers))] * 3, (name, peers)
+
+
+def test_device_mesh_across_hosts(tmp_path):
+    spawn(mesh_across_hosts, 4, tmp_path, host_of=(0, 0, 1, 1), init={"device_id": True})

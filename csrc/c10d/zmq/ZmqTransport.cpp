@@ -172,6 +172,13 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
     std::unique_lock<std::mutex> lock(t->notifyMutex_);
     t->notifyCv_.wait_for(lock, std::chrono::milliseconds(20));
   }
+  // Return only once every peer is connected to us too: c10d may destroy a
+  // group right after creating it (split_group builds one backend per device
+  // type and keeps one), and a peer still connecting would then wait forever
+  // for a socket that is gone.
+  rdv.set("zmq/ready/" + std::to_string(rank), "1");
+  for (int p = 0; p < size; ++p)
+    if (t->remote_[p]) rdv.get("zmq/ready/" + std::to_string(p));
   return t;
 }
 
