@@ -202,7 +202,7 @@ void OregBackend::runOp(Op& op) {
   try {
     while (op.ready && !op.ready->load(std::memory_order_acquire)) {
       if (Clock::now() >= c.deadline)
-        OREG_CCL_THROW("oreg_ccl: rank ", getRank(), " timed out in ", op.what,
+        OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": Timed out in ", op.what,
                          ": the work queued before it on the openreg stream did not finish");
       transport_->progress(c.deadline);
       sweepInFlight();
@@ -230,7 +230,7 @@ void OregBackend::sweepInFlight() {
   auto now = Clock::now();
   for (auto& f : inflight_) {
     if (!f.req->done.load(std::memory_order_acquire) && now >= f.deadline) {
-      std::string why = "oreg_ccl: rank " + std::to_string(getRank()) + " timed out in " + f.what +
+      std::string why = "oreg_ccl: rank " + std::to_string(getRank()) + ": Timed out in " + f.what +
                         " (peer " + std::to_string(f.req->peer) + ")";
       transport_->cancel(why, /*propagate=*/true);
       OREG_CCL_THROW(why);
