@@ -5,7 +5,8 @@ and for oreg_ccl and compares the outcomes test by test.
         [--workers 2] [--world-size 2] [-k EXPR] [--write-list]
 
 Results (outcome, time, message per test) go to
-tests/distributed/pytorch_suite/results_<backend>.json; the report lists every
+tests/distributed/pytorch_suite/results_<backend>.json (results_<backend>_ws<N>.json
+for another world size); the report lists every
 test that passes for gloo but not for oreg_ccl, marking the ones in
 pytorch_suite_exceptions.EXCEPTIONS. `--write-list` rewrites
 tests/distributed/pytorch_suite/gloo_passing.txt (the tests CI runs for
@@ -51,14 +52,19 @@ def run(backend, workers, world_size, kexpr, timeout):
         results[name] = {"outcome": outcome, "time": round(float(case.get("time") or 0), 2),
                          "message": message}
     os.remove(xml)
-    with open(os.path.join(OUT, f"results_{backend}.json"), "w") as f:
+    with open(results_path(backend, world_size), "w") as f:
         json.dump({"backend": backend, "world_size": world_size, "wall_seconds": round(wall),
                    "tests": dict(sorted(results.items()))}, f, indent=1)
     return results
 
 
-def load(backend):
-    with open(os.path.join(OUT, f"results_{backend}.json")) as f:
+def results_path(backend, world_size):
+    suffix = "" if world_size == 2 else f"_ws{world_size}"
+    return os.path.join(OUT, f"results_{backend}{suffix}.json")
+
+
+def load(backend, world_size=2):
+    with open(results_path(backend, world_size)) as f:
         return json.load(f)["tests"]
 
 
@@ -85,12 +91,13 @@ def main():
     if args.gloo_passing_only:
         from _pytorch_suite import NAME_GATED
 
-        names = {n for n, r in load("gloo").items() if r["outcome"] == "passed"} | NAME_GATED
+        names = {n for n, r in load("gloo", args.world_size).items()
+                 if r["outcome"] == "passed"} | NAME_GATED
         args.kexpr = " or ".join(sorted(names))
     if not args.report_only:
         for b in args.backends:
             run(b, args.workers, args.world_size, args.kexpr, args.timeout)
-    gloo, oreg = load("gloo"), load("oreg_ccl")
+    gloo, oreg = load("gloo", args.world_size), load("oreg_ccl", args.world_size)
     from pytorch_suite_exceptions import EXCEPTIONS
 
     print(f"gloo:     {count(gloo)}")
@@ -107,6 +114,7 @@ def main():
     for n in extra:
         print(f"  {n}: gloo {gloo.get(n, {}).get('outcome')} {gloo.get(n, {}).get('message', '')[:120]}")
     if args.write_list:
+        assert args.world_size == 2, "CI runs the WORLD_SIZE=2 list"
         with open(os.path.join(OUT, "gloo_passing.txt"), "w") as f:
             f.write("# Tests of DistributedTest._DistTestBase that pass for gloo (WORLD_SIZE=2, CPU),\n"
                     "# written by tests/distributed/pytorch_suite_compare.py --write-list.\n")
