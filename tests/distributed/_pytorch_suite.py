@@ -6,14 +6,14 @@ The backend is taken from the environment variable BACKEND (default
 "oreg_ccl"; "gloo" for the comparison run), the world size from WORLD_SIZE
 (default 2). `distributed_test` evaluates its skip decorators when it is
 imported, so oreg_ccl is registered in `DistTestCases.backend_feature`
-("ddp", "subgroup", "plugin", and "gpu"/"cuda" like gloo) before that import, with INIT_METHOD pointing at
-a file:// store (the suite gates some tests on it). The suite's device
+("ddp", "subgroup", "plugin", and "gpu"/"cuda" like gloo) before that import,
+with INIT_METHOD pointing at a file:// store (the suite gates some tests on it). The suite's device
 decisions depend on CUDA/HPU/XPU only, so for oreg_ccl (as for gloo on this
 machine) every test runs on CPU tensors.
 
-Each test spawns WORLD_SIZE fresh interpreters (MultiProcessTestCase); they
-re-import this module and initialise the process group over the test's
-FileStore. The environment variables the suite reads are set only while the
+Each test starts WORLD_SIZE fresh ranks (MultiProcessTestCase; forked from a
+preloaded forkserver, or spawned, see START_METHOD) that initialise the process
+group over the test's FileStore. The environment variables the suite reads are set only while the
 suite imports and while a test runs, so importing this module leaves the
 pytest worker's environment as it was.
 """
