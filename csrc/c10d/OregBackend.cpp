@@ -3,6 +3,9 @@
 // checks and staging) live in OregCollectives.cpp.
 #include "OregBackend.h"
 
+#include <ATen/ops/zeros.h>
+#include <c10/util/StringUtil.h>
+
 #include "Errors.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -286,7 +289,7 @@ void OregBackend::runOp(Op& op) {
   try {
     while (op.ready && !op.ready->load(std::memory_order_acquire)) {
       if (Clock::now() >= c.deadline)
-        OREG_CCL_THROW("oreg_ccl: rank ", getRank(), " timed out in ", op.what,
+        OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": Timed out in ", op.what,
                          ": the work queued before it on the openreg stream did not finish");
       transport_->progress(c.deadline);
       sweepInFlight();
@@ -315,7 +318,7 @@ void OregBackend::sweepInFlight() {
   auto now = Clock::now();
   for (auto& f : inflight_) {
     if (!f.req->done.load(std::memory_order_acquire) && now >= f.deadline) {
-      std::string why = "oreg_ccl: rank " + std::to_string(getRank()) + " timed out in " + f.what +
+      std::string why = "oreg_ccl: rank " + std::to_string(getRank()) + ": Timed out in " + f.what +
                         " (peer " + std::to_string(f.req->peer) + ")";
       transport_->cancel(why, /*propagate=*/true);
       OREG_CCL_THROW(why);
@@ -371,6 +374,11 @@ c10::intrusive_ptr<c10d::Work> OregBackend::send(std::vector<at::Tensor>& tensor
 
 c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensors, int srcRank,
                                                  int tag) {
+  return recvImpl(tensors, srcRank, tag, c10d::kUnsetTimeout);
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::recvImpl(std::vector<at::Tensor>& tensors, int srcRank,
+                                                     int tag, std::chrono::milliseconds timeout) {
   at::Tensor t = checkSingle(tensors, "recv");
   TORCH_CHECK_VALUE(srcRank == kAnySource ||
                         (srcRank >= 0 && srcRank < getSize() && srcRank != getRank()),
@@ -394,12 +402,78 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensor
     return req;
   };
   return enqueue(srcRank == kAnySource ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, "recv",
-                 describe(t), {}, {t}, c10d::kUnsetTimeout, nullptr, post);
+                 describe(t), {}, {t}, timeout, nullptr, post);
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::recvAnysource(std::vector<at::Tensor>& tensors,
                                                           int tag) {
   return recv(tensors, kAnySource, tag);
+}
+
+// ---- monitored barrier (gloo's debugging barrier) -------------------------------
+
+namespace {
+// p2p tag of monitored-barrier messages: negative, so no user tag can match it.
+constexpr int kMonitoredBarrierTag = -0x6d62;
+}  // namespace
+
+// As gloo: every rank > 0 reports to rank 0 and waits for its release; rank 0
+// waits up to the timeout for all of them, then releases them, or raises
+// naming the first rank (every rank with waitAllRanks) that did not report.
+// A failed monitored barrier fails the group like any oreg_ccl timeout, so
+// the waiting ranks raise at once instead of waiting out their own timeout.
+void OregBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  const auto timeout = timeoutOf(opts.timeout);
+  const int rank = getRank(), size = getSize();
+  auto token = [] { return std::vector<at::Tensor>{at::zeros({1}, at::kFloat)}; };
+  if (rank != 0) {
+    auto t = token();
+    send(t, 0, kMonitoredBarrierTag)->wait();
+    try {
+      auto r = token();
+      recv(r, 0, kMonitoredBarrierTag)->wait();
+    } catch (const std::exception& e) {
+      OREG_CCL_THROW("Rank ", rank, " successfully reached monitoredBarrier, but received errors "
+                     "while waiting for send/recv from rank 0. Please check rank 0 logs for "
+                     "faulty rank. Original exception: ", e.what());
+    }
+    return;
+  }
+  if (timeout.count() <= 0) {
+    std::string why = c10::str("Rank 0 timed out in monitoredBarrier after ", timeout.count(),
+                               " ms");
+    transport_->cancel(why, /*propagate=*/true);
+    OREG_CCL_THROW(why);
+  }
+  // All receives share one deadline: a rank that did not report by then failed.
+  std::vector<c10::intrusive_ptr<c10d::Work>> recvs;
+  for (int r = 1; r < size; ++r) {
+    auto t = token();
+    recvs.push_back(recvImpl(t, r, kMonitoredBarrierTag, timeout));
+  }
+  std::vector<int> failed;
+  std::string firstError;
+  for (int r = 1; r < size; ++r) {
+    try {
+      recvs[r - 1]->wait();
+    } catch (const std::exception& e) {
+      failed.push_back(r);
+      if (firstError.empty()) firstError = e.what();
+      if (!waitAllRanks) break;
+    }
+  }
+  if (!failed.empty()) {
+    std::string ranks = c10::Join(", ", failed);
+    OREG_CCL_THROW("[Rank 0]: Rank", failed.size() > 1 ? "s " : " ", ranks,
+                   " failed to pass monitoredBarrier in ", timeout.count(),
+                   " ms. Original exception: ", firstError);
+  }
+  std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+  for (int r = 1; r < size; ++r) {
+    auto t = token();
+    sends.push_back(send(t, r, kMonitoredBarrierTag));
+  }
+  for (auto& w : sends) w->wait();
 }
 
 // ---- coalescing, split, lifecycle ----------------------------------------------

@@ -116,6 +116,8 @@ class OregBackend final : public c10d::Backend {
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
                                                int tag) override;
+  // gloo's debugging barrier (ProcessGroup.monitored_barrier).
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
   // Operations issued between start and end complete as one Work; they are
   // started as they are issued (sends never wait for their receives anyway).
@@ -186,6 +188,8 @@ class OregBackend final : public c10d::Backend {
   // parked here and released on the caller's thread (next enqueue, shutdown).
   void bury(Op&& op);
   void drainGraveyard();
+  c10::intrusive_ptr<c10d::Work> recvImpl(std::vector<at::Tensor>& tensors, int srcRank, int tag,
+                                          std::chrono::milliseconds timeout);
   c10::intrusive_ptr<c10d::Work> reduceScatterImpl(std::vector<at::Tensor> outputs,
                                                    std::vector<at::Tensor> inputs,
                                                    const c10d::ReduceScatterOptions& opts,

@@ -2,9 +2,13 @@
 // enqueue a body that stages tensors (Staging.h) and runs an algorithm.
 // Bodies capture tensors by value: the references keep the memory alive
 // until the worker is done with it.
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/sparse_coo_tensor.h>
+#include <ATen/ops/zeros.h>
 #include "Errors.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "OregBackend.h"
@@ -45,10 +49,54 @@ void unpack(const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
     if (each) hostView(parts[p]).copy_(flat.narrow(0, p * each, each).view(parts[p].sizes()));
 }
 
+// Sparse COO allreduce (SUM, as gloo): every rank gathers every rank's
+// coalesced indices and values (padded to the largest nnz) and adds them in
+// rank order, so all ranks end with the same tensor, which replaces `t`'s
+// contents.
+void allreduceSparse(Collective& c, const at::Tensor& t) {
+  at::Tensor in = t.coalesce();
+  at::Tensor idx = in._indices().contiguous(), val = in._values().contiguous();
+  int64_t n = c.size(), nnz = in._nnz();
+  std::vector<int64_t> counts(n);
+  ccl::allgather(c, &nnz, counts.data(), sizeof(int64_t));
+  int64_t most = *std::max_element(counts.begin(), counts.end());
+  std::vector<int64_t> valShape = val.sizes().vec();
+  valShape[0] = most;
+  at::Tensor padIdx = at::zeros({idx.size(0), most}, idx.options());
+  at::Tensor padVal = at::zeros(valShape, val.options());
+  if (nnz) {
+    padIdx.narrow(1, 0, nnz).copy_(idx);
+    padVal.narrow(0, 0, nnz).copy_(val);
+  }
+  valShape.insert(valShape.begin(), n);
+  at::Tensor allIdx = at::empty({n, idx.size(0), most}, idx.options());
+  at::Tensor allVal = at::empty(valShape, val.options());
+  ccl::allgather(c, padIdx.data_ptr(), allIdx.data_ptr(), padIdx.nbytes());
+  ccl::allgather(c, padVal.data_ptr(), allVal.data_ptr(), padVal.nbytes());
+  std::vector<at::Tensor> idxs, vals;
+  for (int64_t r = 0; r < n; ++r) {
+    idxs.push_back(allIdx[r].narrow(1, 0, counts[r]));
+    vals.push_back(allVal[r].narrow(0, 0, counts[r]));
+  }
+  t.copy_(at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), in.sizes(), in.options())
+              .coalesce());
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                       const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].defined() && tensors[0].is_sparse()) {
+    at::Tensor t = tensors[0];
+    TORCH_CHECK_VALUE(t.device().is_cpu(), "oreg_ccl: allreduce of sparse tensors supports CPU "
+                      "tensors only, got one on ", t.device());
+    TORCH_CHECK_VALUE(opts.reduceOp == c10d::ReduceOp::SUM,
+                      "oreg_ccl: allreduce of sparse tensors supports SUM only");
+    std::string desc = std::string("sparse ") + c10::toString(t.scalar_type()) +
+                       c10::str(t.sizes()) + " SUM";
+    return enqueue(c10d::OpType::ALLREDUCE, "allreduce", desc, {t}, {t}, opts.timeout,
+                   [t](Collective& c) { allreduceSparse(c, t); });
+  }
   at::Tensor t = checkSingle(tensors, "allreduce");
   ReduceSpec spec = reduceSpec(opts.reduceOp, t.scalar_type(), "allreduce");
   std::vector<at::Tensor> inputs{t};

@@ -8,7 +8,7 @@ void waitFor(Transport& transport, const RequestPtr& req, Clock::time_point dead
              const std::string& what) {
   while (!req->done.load(std::memory_order_acquire)) {
     if (Clock::now() >= deadline) {
-      std::string why = "oreg_ccl: rank " + std::to_string(transport.rank()) + " timed out in " +
+      std::string why = "oreg_ccl: rank " + std::to_string(transport.rank()) + ": Timed out in " +
                         what + " waiting for rank " + std::to_string(req->peer);
       // Fail the whole group: the other ranks raise now instead of each
       // waiting out its own timeout.

@@ -59,11 +59,11 @@ def timeouts(rank, n):
     g = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=2))
     if rank == 0:
         start = time.monotonic()
-        expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g), "timed out")
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g), "Timed out")
         assert 1.5 < time.monotonic() - start < 10
     else:
         time.sleep(3)  # never joins that collective; learns about the failure
-        expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g), "timed out")
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g), "Timed out")
     # A per-call timeout (barrier's option) is honoured as well.
     g2 = dist.new_group(list(range(n)))
     if rank == 0:
