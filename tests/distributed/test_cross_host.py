@@ -155,7 +155,7 @@ def hung(rank, n):
     g = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=3))
     if rank == 0:
         start = time.monotonic()
-        expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g), "timed out")
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g), "Timed out")
         assert 2.5 < time.monotonic() - start < 8
     else:
         time.sleep(5)  # stops participating; learns about the failure afterwards
