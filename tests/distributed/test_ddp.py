@@ -1,4 +1,8 @@
 """DDP on openreg:rank over oreg_ccl trains like one process on the full batch."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -74,3 +78,26 @@ def train(rank, n, hook):
 @pytest.mark.parametrize("hook", ["default", "fp16", "bf16"])
 def test_ddp_matches_full_batch(tmp_path, hook):
     spawn(train, 4, tmp_path, hook, timeout=200)
+
+
+@pytest.mark.timeout(240)
+def test_ddp_under_torchrun():
+    # The issue's setup exactly: torchrun --nproc-per-node=4, openreg:LOCAL_RANK,
+    # the default hook and the fp16 / bf16 compression hooks in one job.
+    from _torchrun import free_port, torchrun_cmd, worker_env
+
+    cmd = torchrun_cmd("--nproc-per-node=4", "--rdzv-backend=c10d",
+                       f"--rdzv-endpoint=127.0.0.1:{free_port()}", os.path.abspath(__file__))
+    r = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True, timeout=200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    assert r.stdout.count("ddp hooks ok") == 4, r.stdout[-3000:]
+
+
+if __name__ == "__main__":  # one torchrun worker
+    rank = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("oreg_ccl", device_id=torch.device("openreg", rank))
+    for hook in ("default", "fp16", "bf16"):
+        train(dist.get_rank(), dist.get_world_size(), hook)
+    dist.destroy_process_group()
+    print("ddp hooks ok", flush=True)
+    sys.exit(0)
