@@ -42,7 +42,10 @@ at::Tensor& addcdiv_out(const at::Tensor& self, const at::Tensor& t1, const at::
                         const at::Scalar& value, at::Tensor& out);
 at::Tensor exp(const at::Tensor& self);
 at::Tensor neg(const at::Tensor& self);
+at::Tensor reciprocal(const at::Tensor& self);
 at::Tensor rsqrt(const at::Tensor& self);
+at::Tensor clamp(const at::Tensor& self, const std::optional<at::Scalar>& min,
+                 const std::optional<at::Scalar>& max);
 at::Tensor sqrt(const at::Tensor& self);
 at::Tensor sigmoid(const at::Tensor& self);
 at::Tensor tanh(const at::Tensor& self);

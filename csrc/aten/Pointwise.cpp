@@ -1,11 +1,14 @@
 // Native pointwise kernels (arithmetic, activations and their backward):
 // structured meta on the host, at::cpu::*_out on the stream (see Structured.h).
+#include <ATen/core/Tensor.h>
 #include <ATen/ops/add_cpu_dispatch.h>
 #include <ATen/ops/add_meta.h>
 #include <ATen/ops/addcdiv_cpu_dispatch.h>
 #include <ATen/ops/addcdiv_meta.h>
 #include <ATen/ops/addcmul_cpu_dispatch.h>
 #include <ATen/ops/addcmul_meta.h>
+#include <ATen/ops/clamp_cpu_dispatch.h>
+#include <ATen/ops/clamp_meta.h>
 #include <ATen/ops/clamp_min_cpu_dispatch.h>
 #include <ATen/ops/clamp_min_meta.h>
 #include <ATen/ops/div_cpu_dispatch.h>
@@ -24,6 +27,8 @@
 #include <ATen/ops/neg_meta.h>
 #include <ATen/ops/pow_cpu_dispatch.h>
 #include <ATen/ops/pow_meta.h>
+#include <ATen/ops/reciprocal_cpu_dispatch.h>
+#include <ATen/ops/reciprocal_meta.h>
 #include <ATen/ops/rsqrt_cpu_dispatch.h>
 #include <ATen/ops/rsqrt_meta.h>
 #include <ATen/ops/sigmoid_backward_cpu_dispatch.h>
@@ -153,12 +158,27 @@ Tensor& addcdiv_out(const Tensor& self, const Tensor& t1, const Tensor& t2, cons
   }
 OPENREG_UNARY(exp)
 OPENREG_UNARY(neg)
+OPENREG_UNARY(reciprocal)
 OPENREG_UNARY(rsqrt)
 OPENREG_UNARY(sqrt)
 OPENREG_UNARY(sigmoid)
 OPENREG_UNARY(tanh)
 OPENREG_UNARY(silu)
 #undef OPENREG_UNARY
+
+// clamp's meta takes OptionalScalarRef (a pointer); the queued kernel keeps
+// its own std::optional<Scalar> copies (clip_grad_norm_'s coefficient).
+struct ClampMeta : at::meta::structured_clamp {
+  void meta(const Tensor& self, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
+    structured_clamp::meta(self, lo ? at::OptionalScalarRef(&*lo) : at::OptionalScalarRef(),
+                           hi ? at::OptionalScalarRef(&*hi) : at::OptionalScalarRef());
+  }
+};
+Tensor clamp(const Tensor& self, const std::optional<Scalar>& min,
+             const std::optional<Scalar>& max) {
+  return structured<ClampMeta>(
+      "clamp", [](Tensor& out, auto&... a) { at::cpu::clamp_out(out, a...); }, self, min, max);
+}
 
 #define OPENREG_GRAD(op)                                                                    \
   Tensor op(const Tensor& grad_output, const Tensor& x) {                                   \

@@ -66,7 +66,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("addcdiv.out", TORCH_FN(addcdiv_out));
   m.impl("exp", TORCH_FN(exp));
   m.impl("neg", TORCH_FN(neg));
+  m.impl("reciprocal", TORCH_FN(reciprocal));
   m.impl("rsqrt", TORCH_FN(rsqrt));
+  m.impl("clamp", TORCH_FN(clamp));
   m.impl("sqrt", TORCH_FN(sqrt));
   m.impl("sigmoid", TORCH_FN(sigmoid));
   m.impl("tanh", TORCH_FN(tanh));
