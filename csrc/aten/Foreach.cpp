@@ -6,25 +6,14 @@
 // runs the per-tensor CPU implementations for the whole list.
 #include <ATen/ScalarOps.h>
 #include <ATen/native/ForeachUtils.h>
-#include <ATen/ops/add_cpu_dispatch.h>
-#include <ATen/ops/add_meta.h>
-#include <ATen/ops/addcdiv_cpu_dispatch.h>
-#include <ATen/ops/addcdiv_meta.h>
-#include <ATen/ops/addcmul_cpu_dispatch.h>
-#include <ATen/ops/addcmul_meta.h>
-#include <ATen/ops/div_cpu_dispatch.h>
-#include <ATen/ops/div_meta.h>
-#include <ATen/ops/lerp_cpu_dispatch.h>
-#include <ATen/ops/lerp_meta.h>
 #include <ATen/ops/linalg_vector_norm_cpu_dispatch.h>
 #include <ATen/ops/linalg_vector_norm_meta.h>
-#include <ATen/ops/mul_cpu_dispatch.h>
-#include <ATen/ops/mul_meta.h>
 #include <ATen/ops/sqrt_cpu_dispatch.h>
 #include <ATen/ops/sqrt_meta.h>
 
 #include <functional>
 
+#include "ArithmeticOps.h"
 #include "NativeKernels.h"
 #include "Structured.h"
 
@@ -94,21 +83,8 @@ std::vector<Tensor> foreachFunctional(const char* name, TensorList self, ArgsAt 
   return foreachStructured<Meta>(name, OutputMode::kFunctional, self.size(), argsAt, compute);
 }
 
-#define OPENREG_CPU_OUT(op) \
-  constexpr auto op##_cpu = [](Tensor& out, auto&... a) { at::cpu::op##_out(out, a...); };
-OPENREG_CPU_OUT(add)
-OPENREG_CPU_OUT(mul)
-OPENREG_CPU_OUT(div)
-OPENREG_CPU_OUT(lerp)
-OPENREG_CPU_OUT(addcmul)
-OPENREG_CPU_OUT(addcdiv)
 OPENREG_CPU_OUT(sqrt)
 OPENREG_CPU_OUT(linalg_vector_norm)
-#undef OPENREG_CPU_OUT
-
-using AddMeta = at::meta::structured_add_Tensor;
-using MulMeta = at::meta::structured_mul_Tensor;
-using DivMeta = at::meta::structured_div_Tensor;
 
 // Tensor::add_(Scalar) and friends wrap the scalar into a 0-dim CPU tensor
 // (wrapped number: it does not take part in type promotion as a tensor).

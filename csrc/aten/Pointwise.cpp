@@ -1,28 +1,16 @@
 // Native pointwise kernels (arithmetic, activations and their backward):
 // structured meta on the host, at::cpu::*_out on the stream (see Structured.h).
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/add_cpu_dispatch.h>
-#include <ATen/ops/add_meta.h>
-#include <ATen/ops/addcdiv_cpu_dispatch.h>
-#include <ATen/ops/addcdiv_meta.h>
-#include <ATen/ops/addcmul_cpu_dispatch.h>
-#include <ATen/ops/addcmul_meta.h>
 #include <ATen/ops/clamp_cpu_dispatch.h>
 #include <ATen/ops/clamp_meta.h>
 #include <ATen/ops/clamp_min_cpu_dispatch.h>
 #include <ATen/ops/clamp_min_meta.h>
-#include <ATen/ops/div_cpu_dispatch.h>
-#include <ATen/ops/div_meta.h>
 #include <ATen/ops/exp_cpu_dispatch.h>
 #include <ATen/ops/exp_meta.h>
 #include <ATen/ops/gelu_backward_cpu_dispatch.h>
 #include <ATen/ops/gelu_backward_meta.h>
 #include <ATen/ops/gelu_cpu_dispatch.h>
 #include <ATen/ops/gelu_meta.h>
-#include <ATen/ops/lerp_cpu_dispatch.h>
-#include <ATen/ops/lerp_meta.h>
-#include <ATen/ops/mul_cpu_dispatch.h>
-#include <ATen/ops/mul_meta.h>
 #include <ATen/ops/neg_cpu_dispatch.h>
 #include <ATen/ops/neg_meta.h>
 #include <ATen/ops/pow_cpu_dispatch.h>
@@ -41,8 +29,6 @@
 #include <ATen/ops/silu_meta.h>
 #include <ATen/ops/sqrt_cpu_dispatch.h>
 #include <ATen/ops/sqrt_meta.h>
-#include <ATen/ops/sub_cpu_dispatch.h>
-#include <ATen/ops/sub_meta.h>
 #include <ATen/ops/tanh_backward_cpu_dispatch.h>
 #include <ATen/ops/tanh_backward_meta.h>
 #include <ATen/ops/tanh_cpu_dispatch.h>
@@ -52,6 +38,7 @@
 
 #include <ATen/native/Activation.h>
 
+#include "ArithmeticOps.h"
 #include "Kernels.h"
 #include "NativeKernels.h"
 #include "Structured.h"
@@ -61,25 +48,6 @@ namespace openreg::kernels {
 using at::Scalar;
 using at::Tensor;
 
-// The CPU implementation each kernel queues, as a callable: op_cpu(out, args...).
-#define OPENREG_CPU_OUT(op) \
-  constexpr auto op##_cpu = [](Tensor& out, auto&... a) { at::cpu::op##_out(out, a...); };
-OPENREG_CPU_OUT(add)
-OPENREG_CPU_OUT(sub)
-OPENREG_CPU_OUT(mul)
-OPENREG_CPU_OUT(div)
-OPENREG_CPU_OUT(lerp)
-OPENREG_CPU_OUT(addcmul)
-OPENREG_CPU_OUT(addcdiv)
-#undef OPENREG_CPU_OUT
-
-using AddMeta = at::meta::structured_add_Tensor;
-using SubMeta = at::meta::structured_sub_Tensor;
-using MulMeta = at::meta::structured_mul_Tensor;
-using DivMeta = at::meta::structured_div_Tensor;
-using LerpMeta = at::meta::structured_lerp_Scalar;
-using AddcmulMeta = at::meta::structured_addcmul;
-using AddcdivMeta = at::meta::structured_addcdiv;
 
 // Binary arithmetic: functional, in-place and out= (optimizers' foreach
 // fallbacks call the out= forms).

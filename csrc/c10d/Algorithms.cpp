@@ -131,7 +131,7 @@ void allreduceRing(Collective& c, void* buf, size_t count, c10::ScalarType dtype
 
 void allreduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op) {
   if (c.size() == 1) return;
-  if (c.topology && c.topology->multiHost()) return allreduceHierarchical(c, buf, count, dtype, op);
+  if (c.topology) return allreduceHierarchical(c, buf, count, dtype, op);
   allreduceFlat(c, buf, count, dtype, op);
 }
 
@@ -144,7 +144,7 @@ void allreduceFlat(Collective& c, void* buf, size_t count, c10::ScalarType dtype
 }
 
 void broadcast(Collective& c, void* buf, size_t bytes, int root) {
-  if (c.topology && c.topology->multiHost()) return broadcastHierarchical(c, buf, bytes, root);
+  if (c.topology) return broadcastHierarchical(c, buf, bytes, root);
   if (c.rank() != root) return c.wait(c.recvInto(root, buf, bytes));
   std::vector<RequestPtr> sends;
   for (int p = 0; p < c.size(); ++p)

@@ -22,7 +22,7 @@
 //  reduce: the root receives every buffer and reduces in rank order.
 //  barrier: an empty message from every rank to every rank.
 //
-// Across hosts (HierarchicalAlgorithms.cpp; c.topology spans hosts):
+// Across hosts (HierarchicalAlgorithms.cpp; c.topology is set):
 //  allreduce, small: reduce to the first rank of each host over shared
 //      memory, one-shot allreduce among those leaders over the network,
 //      broadcast back within each host.
@@ -54,7 +54,7 @@ struct Collective {
   uint64_t tag;          // the group's collective sequence number
   std::string what;      // e.g. "allreduce#4 float32[1024] SUM", compared across ranks
   Clock::time_point deadline;
-  const Topology* topology = nullptr;  // set when the group spans hosts
+  const Topology* topology = nullptr;  // set only when the group spans hosts
 
   // The same call on a subset of the ranks (a TransportView).
   Collective on(Transport& view) const { return {view, tag, what, deadline, nullptr}; }

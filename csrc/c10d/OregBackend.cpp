@@ -308,9 +308,8 @@ void OregBackend::runOp(Op& op) {
     auto e = asDistError(std::current_exception());
     // The peers of a failed collective would wait for us: fail them too.
     transport_->cancel(messageOf(e), /*propagate=*/true);
-    transport_->quiesce();  // before the failed operation's tensors go back
+    failAll(e);  // quiesces the transport before any failed operation's tensors go back
     op.work->complete(e);
-    failAll(e);
   }
 }
 

@@ -74,6 +74,5 @@ std::string RoutedTransport::failure() const {
 
 void RoutedTransport::quiesce() { zmq_->quiesce(); }
 
-bool RoutedTransport::busy() const { return zmq_->busy() || (shm_ && shm_->busy()); }
 
 }  // namespace openreg::ccl

@@ -38,7 +38,6 @@ class RoutedTransport final : public Transport {
   void wakeup() override;
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;
-  bool busy() const override;
   void quiesce() override;
 
   const ZmqTransport& zmq() const { return *zmq_; }

@@ -33,9 +33,10 @@ Topology Topology::singleHost(int rank, int size) {
 Topology Topology::discover(int rank, int size, const Rendezvous& rdv) {
   Topology t;
   t.rank = rank;
-  rdv.set("host/" + std::to_string(rank), hostIdentity());
+  const std::string mine = hostIdentity();
+  rdv.set("host/" + std::to_string(rank), mine);
   for (int r = 0; r < size; ++r) {
-    std::string name = r == rank ? hostIdentity() : rdv.get("host/" + std::to_string(r));
+    std::string name = r == rank ? mine : rdv.get("host/" + std::to_string(r));
     auto it = std::find(t.hostNames.begin(), t.hostNames.end(), name);
     int h = static_cast<int>(it - t.hostNames.begin());
     if (it == t.hostNames.end()) {

@@ -4,6 +4,27 @@
 
 namespace openreg::ccl {
 
+void completeRequest(Request& req, int peer) {
+  req.peer = peer;
+  req.done.store(true, std::memory_order_release);
+  if (req.onComplete) req.onComplete();
+}
+
+std::string mismatchMessage(int rank, const PostedRecv& expected, int src, const std::string& what,
+                            size_t bytes) {
+  return "oreg_ccl: mismatched collectives: rank " + std::to_string(rank) + " runs " +
+         expected.what + " (" + std::to_string(expected.bytes) + " bytes) but rank " +
+         std::to_string(src) + " runs " + what + " (" + std::to_string(bytes) +
+         " bytes). Every rank of a group must call the same collectives in the same order with "
+         "matching sizes and dtypes.";
+}
+
+std::string sizeMismatchMessage(int rank, const PostedRecv& recv, int src, size_t sent) {
+  return "oreg_ccl: rank " + std::to_string(rank) + " posted a recv of " +
+         std::to_string(recv.bytes) + " bytes (tag " + std::to_string(recv.tag) + ") but rank " +
+         std::to_string(src) + " sent " + std::to_string(sent) + " bytes";
+}
+
 void waitFor(Transport& transport, const RequestPtr& req, Clock::time_point deadline,
              const std::string& what) {
   while (!req->done.load(std::memory_order_acquire)) {

@@ -57,6 +57,24 @@ struct Request {
 };
 using RequestPtr = std::shared_ptr<Request>;
 
+// Mark `req` done by `peer` and run its completion (progress thread).
+void completeRequest(Request& req, int peer);
+
+// A receive a transport holds until its message arrives.
+struct PostedRecv {
+  RequestPtr req;
+  int src;  // or kAnySource
+  uint64_t tag;
+  std::string what;
+  size_t bytes;
+  Sink sink;
+};
+
+// The errors every transport raises in the same words (thrown by the caller).
+std::string mismatchMessage(int rank, const PostedRecv& expected, int src, const std::string& what,
+                            size_t bytes);
+std::string sizeMismatchMessage(int rank, const PostedRecv& recv, int src, size_t sent);
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -91,9 +109,6 @@ class Transport {
   // The first error of this transport (including one published by another
   // rank, once noticed), or "" while healthy. Any thread.
   virtual std::string failure() const = 0;
-
-  // True if there are posted requests not yet complete.
-  virtual bool busy() const = 0;
 
   // After cancel(): return once the transport no longer reads any caller
   // buffer (a transport that sends from them asynchronously waits, bounded,

@@ -30,7 +30,6 @@ class TransportView final : public Transport {
   void wakeup() override { parent_.wakeup(); }
   void cancel(const std::string& why, bool propagate) override { parent_.cancel(why, propagate); }
   std::string failure() const override { return parent_.failure(); }
-  bool busy() const override { return parent_.busy(); }
 
  private:
   Transport& parent_;

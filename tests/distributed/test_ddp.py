@@ -22,18 +22,19 @@ def data():
     return torch.randn(32, 8, generator=g), torch.randn(32, 1, generator=g)
 
 
-def reference_losses():
-    m = model()
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    x, y = data()
-    losses = []
+def sgd_steps(module, x, y):
+    """Yields each step's loss, after the step."""
+    opt = torch.optim.SGD(module.parameters(), lr=0.1)
     for _ in range(STEPS):
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(m(x), y)
+        loss = torch.nn.functional.mse_loss(module(x), y)
         loss.backward()
         opt.step()
-        losses.append(loss.item())
-    return losses
+        yield loss
+
+
+def reference_losses():
+    return [loss.item() for loss in sgd_steps(model(), *data())]
 
 
 def train(rank, n, hook):
@@ -52,16 +53,10 @@ def train(rank, n, hook):
             return compress(state, bucket)
 
         ddp.register_comm_hook(None, compressed)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     x, y = data()
     shard = slice(rank * 32 // n, (rank + 1) * 32 // n)
-    xs, ys = x[shard].to(dev), y[shard].to(dev)
     losses = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(ddp(xs), ys)
-        loss.backward()
-        opt.step()
+    for loss in sgd_steps(ddp, x[shard].to(dev), y[shard].to(dev)):
         total = loss.detach().clone()
         dist.all_reduce(total, op=dist.ReduceOp.AVG)  # equal shards: mean of means
         losses.append(total.item())

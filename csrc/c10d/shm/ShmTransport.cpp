@@ -214,8 +214,8 @@ RequestPtr ShmTransport::irecv(Channel ch, int src, uint64_t tag, const std::str
               "oreg_ccl: invalid source rank ", src);
   auto req = std::make_shared<Request>();
   req->peer = src;
-  auto r = std::make_shared<PendingRecv>(
-      PendingRecv{req, src, tag, what.substr(0, sizeof(ShmMessageHeader::what) - 1), bytes,
+  auto r = std::make_shared<PostedRecv>(
+      PostedRecv{req, src, tag, what.substr(0, sizeof(ShmMessageHeader::what) - 1), bytes,
                   std::move(sink)});
   if (ch == Channel::kCollective) {
     collRecvs_[src].push_back(r);
@@ -227,25 +227,15 @@ RequestPtr ShmTransport::irecv(Channel ch, int src, uint64_t tag, const std::str
     it->claimedBy = r;
     if (it->complete) {
       int from = it->src;
-      if (it->data.size() != bytes) sizeMismatch(bytes, tag, from, it->data.size());
+      if (it->data.size() != bytes) sizeMismatch(*r, from, it->data.size());
       if (bytes) r->sink(it->data.data(), 0, bytes);
       unexpected_.erase(it);
-      finishRecv(r, from);
+      completeRequest(*r->req, from);
     }
     return req;
   }
   p2pRecvs_.push_back(r);
   return req;
-}
-
-bool ShmTransport::busy() const {
-  for (auto& q : sends_)
-    if (!q.empty()) return true;
-  for (auto& q : collRecvs_)
-    if (!q.empty()) return true;
-  for (auto& in : inbound_)
-    if (in.active) return true;
-  return !p2pRecvs_.empty();
 }
 
 std::string ShmTransport::failure() const {
@@ -258,12 +248,6 @@ std::string ShmTransport::failure() const {
     return "rank " + std::to_string(g->failRank) + " failed: " +
            std::string(g->failure, strnlen(g->failure, kFailureChars));
   return "";
-}
-
-void ShmTransport::finishRecv(const std::shared_ptr<PendingRecv>& r, int src) {
-  r->req->peer = src;
-  r->req->done.store(true, std::memory_order_release);
-  if (r->req->onComplete) r->req->onComplete();
 }
 
 bool ShmTransport::pushSends(int dst, Channel ch) {
@@ -310,14 +294,6 @@ bool ShmTransport::pushSends(int dst, Channel ch) {
 }
 
 bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h) {
-  auto mismatch = [&](const std::string& expected) {
-    std::ostringstream m;
-    m << "oreg_ccl: mismatched collectives: rank " << rank_ << " runs " << expected
-      << " but rank " << src << " runs " << std::string(h.what, strnlen(h.what, sizeof(h.what)))
-      << " (" << h.bytes << " bytes). Every rank of a group must call the same collectives in the "
-      << "same order with matching sizes and dtypes.";
-    fail(m.str(), true);
-  };
   TORCH_CHECK(h.magic == kMagic && h.src == uint32_t(src), "oreg_ccl: corrupt message header");
   in = Inbound{};
   in.tag = h.tag;
@@ -326,10 +302,9 @@ bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessa
     auto& q = collRecvs_[src];
     if (q.empty()) return false;  // not expected yet: leave it in the ring
     auto r = q.front();
-    if (h.tag != r->tag || r->what != std::string(h.what, strnlen(h.what, sizeof(h.what))) ||
-        h.bytes != r->bytes) {
-      mismatch(r->what + " (" + std::to_string(r->bytes) + " bytes)");
-    }
+    const std::string what(h.what, strnlen(h.what, sizeof(h.what)));
+    if (h.tag != r->tag || r->what != what || h.bytes != r->bytes)
+      fail(mismatchMessage(rank_, *r, src, what, h.bytes), true);
     q.pop_front();
     in.recv = r;
   } else {
@@ -339,7 +314,7 @@ bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessa
       if (r->src != src && r->src != kAnySource) continue;
       blocked = true;
       if (r->tag != h.tag) continue;
-      if (r->bytes != h.bytes) sizeMismatch(r->bytes, h.tag, src, h.bytes);
+      if (r->bytes != h.bytes) sizeMismatch(*r, src, h.bytes);
       in.recv = r;
       p2pRecvs_.erase(it);
       break;
@@ -395,16 +370,16 @@ bool ShmTransport::pullRecvs(int src, Channel ch) {
     if (in.consumed < padded) break;
     in.active = false;
     if (in.recv) {
-      finishRecv(in.recv, src);
+      completeRequest(*in.recv->req, src);
     } else {
       Unexpected* u = in.unexpected;
       u->complete = true;
       if (u->claimedBy) {
         auto r = u->claimedBy;
-        if (u->data.size() != r->bytes) sizeMismatch(r->bytes, u->tag, src, u->data.size());
+        if (u->data.size() != r->bytes) sizeMismatch(*r, src, u->data.size());
         if (u->data.size()) r->sink(u->data.data(), 0, u->data.size());
         unexpected_.remove_if([u](const Unexpected& x) { return &x == u; });
-        finishRecv(r, src);
+        completeRequest(*r->req, src);
       }
     }
     in = Inbound{};
@@ -428,11 +403,8 @@ bool ShmTransport::pollAll() {
   return progressed;
 }
 
-void ShmTransport::sizeMismatch(size_t expected, uint64_t tag, int src, size_t sent) {
-  fail("oreg_ccl: rank " + std::to_string(rank_) + " posted a recv of " + std::to_string(expected) +
-           " bytes (tag " + std::to_string(tag) + ") but rank " + std::to_string(src) + " sent " +
-           std::to_string(sent) + " bytes",
-       false);
+void ShmTransport::sizeMismatch(const PostedRecv& r, int src, size_t sent) {
+  fail(sizeMismatchMessage(rank_, r, src, sent), false);
 }
 
 void ShmTransport::checkFailure() {

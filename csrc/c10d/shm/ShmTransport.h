@@ -50,7 +50,6 @@ class ShmTransport final : public Transport {
   void progress(Clock::time_point until) override;
   void wakeup() override;
   void cancel(const std::string& why, bool propagate) override;
-  bool busy() const override;
   std::string failure() const override;
 
  private:
@@ -66,21 +65,13 @@ class ShmTransport final : public Transport {
     size_t bytes;
     size_t written = 0;  // bytes of header + padded payload in the ring so far
   };
-  struct PendingRecv {
-    RequestPtr req;
-    int src;
-    uint64_t tag;
-    std::string what;
-    size_t bytes;
-    Sink sink;
-  };
   // A p2p message that arrived before its receive (kept in host memory).
   struct Unexpected {
     int src;
     uint64_t tag;
     std::vector<char> data;
     bool complete = false;
-    std::shared_ptr<PendingRecv> claimedBy;
+    std::shared_ptr<PostedRecv> claimedBy;
   };
   // The message currently being read from one inbound ring.
   struct Inbound {
@@ -88,7 +79,7 @@ class ShmTransport final : public Transport {
     uint64_t tag = 0;
     size_t bytes = 0;
     size_t consumed = 0;  // of the padded payload
-    std::shared_ptr<PendingRecv> recv;  // null while filling an Unexpected
+    std::shared_ptr<PostedRecv> recv;  // null while filling an Unexpected
     Unexpected* unexpected = nullptr;
   };
 
@@ -103,10 +94,9 @@ class ShmTransport final : public Transport {
   bool pushSends(int dst, Channel ch);
   bool pullRecvs(int src, Channel ch);
   bool startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h);
-  void finishRecv(const std::shared_ptr<PendingRecv>& r, int src);
   void ring(int peer);  // ring a peer's doorbell
   void checkFailure();
-  [[noreturn]] void sizeMismatch(size_t expected, uint64_t tag, int src, size_t sent);
+  [[noreturn]] void sizeMismatch(const PostedRecv& r, int src, size_t sent);
   [[noreturn]] void fail(const std::string& why, bool propagate);
   void checkPeersAlive();
 
@@ -122,8 +112,8 @@ class ShmTransport final : public Transport {
   std::vector<uint64_t> sendTail_;             // our cached tail of each outbound ring
   std::vector<Inbound> inbound_;                // per slot(src, ch)
   std::vector<uint64_t> recvHead_;             // our cached head of each inbound ring
-  std::vector<std::deque<std::shared_ptr<PendingRecv>>> collRecvs_;  // per src, FIFO
-  std::list<std::shared_ptr<PendingRecv>> p2pRecvs_;                 // posting order
+  std::vector<std::deque<std::shared_ptr<PostedRecv>>> collRecvs_;  // per src, FIFO
+  std::list<std::shared_ptr<PostedRecv>> p2pRecvs_;                 // posting order
   std::list<Unexpected> unexpected_;
   Clock::time_point lastLivenessCheck_;
 

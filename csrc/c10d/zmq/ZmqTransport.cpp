@@ -258,7 +258,6 @@ RequestPtr ZmqTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
     src = ts->copy;
   }
   if (zeroCopy) chunksInFlight_ += static_cast<int64_t>(chunks);
-  ++sendsInFlight_;
   // Chunk by chunk, so the I/O thread sends the first while we queue the next.
   size_t offset = 0;
   do {
@@ -319,30 +318,31 @@ bool ZmqTransport::receiveOne() {
     if (frames.size() < 4) frames.push_back(std::move(f));  // more than 4 is malformed anyway
     if (!more) break;
   }
-  // frames[0] is the routing id the ROUTER added.
+  // frames[0] is the routing id the ROUTER added. Whatever does not belong
+  // to the group is dropped; returning true means "a message was consumed".
+  auto drop = [&](const std::string& why) {
+    reject(why);
+    return true;
+  };
   if (frames.size() != 3)
-    return reject("expected a header and a payload frame, got " + std::to_string(frames.size() - 1) +
-                  " frame(s)"),
-           true;
+    return drop("expected a header and a payload frame, got " +
+                std::to_string(frames.size() - 1) + " frame(s)");
   if (frames[1].size() != sizeof(wire::Header))
-    return reject("header frame of " + std::to_string(frames[1].size()) + " bytes, expected " +
-                  std::to_string(sizeof(wire::Header)) + " (not an oreg_ccl peer?)"),
-           true;
+    return drop("header frame of " + std::to_string(frames[1].size()) + " bytes, expected " +
+                std::to_string(sizeof(wire::Header)) + " (not an oreg_ccl peer?)");
   wire::Header h;
   std::memcpy(&h, frames[1].data(), sizeof(h));
   if (h.magic != wire::kMagic || h.version != wire::kVersion)
-    return reject("bad magic/version: not an oreg_ccl message"), true;
+    return drop("bad magic/version: not an oreg_ccl message");
   if (h.group != group_)
-    return reject("group id " + std::to_string(h.group) + " is not this group's (" +
-                  std::to_string(group_) +
-                  "): a message from another job, group or from before a restart"),
-           true;
+    return drop("group id " + std::to_string(h.group) + " is not this group's (" +
+                std::to_string(group_) +
+                "): a message from another job, group or from before a restart");
   if (h.src >= uint32_t(size_) || !remote_[h.src])
-    return reject("sender claims rank " + std::to_string(h.src) +
-                  ", which is no remote member of this group"),
-           true;
+    return drop("sender claims rank " + std::to_string(h.src) +
+                ", which is no remote member of this group");
   if (h.kind > static_cast<uint8_t>(wire::Kind::kAbort))
-    return reject("unknown message kind " + std::to_string(h.kind)), true;
+    return drop("unknown message kind " + std::to_string(h.kind));
   // From here on the message names our group and a member: if it is
   // inconsistent, that member is broken and the group must fail.
   std::string broken;
@@ -471,7 +471,7 @@ RequestPtr ZmqTransport::irecv(Channel ch, int src, uint64_t tag, const std::str
               "oreg_ccl: rank ", src, " is not reachable over ZeroMQ from rank ", rank_);
   auto req = std::make_shared<Request>();
   req->peer = src;
-  auto r = std::make_shared<PendingRecv>(PendingRecv{
+  auto r = std::make_shared<PostedRecv>(PostedRecv{
       req, src, tag, what.substr(0, sizeof(wire::Header::what) - 1), bytes, std::move(sink)});
   if (ch == Channel::kCollective)
     collRecvs_[src].push_back(r);
@@ -481,17 +481,13 @@ RequestPtr ZmqTransport::irecv(Channel ch, int src, uint64_t tag, const std::str
   return req;
 }
 
-void ZmqTransport::bindP2P(const std::shared_ptr<PendingRecv>& r) {
+void ZmqTransport::bindP2P(const std::shared_ptr<PostedRecv>& r) {
   // The earliest unmatched message with this (source, tag), like MPI.
   for (int p = 0; p < size_; ++p) {
     if (!remote_[p] || (r->src != kAnySource && r->src != p)) continue;
     for (auto& m : inbox_[slot(p, Channel::kP2P)]) {
       if (m->recv || m->tag != r->tag) continue;
-      if (m->bytes != r->bytes)
-        fail("oreg_ccl: rank " + std::to_string(rank_) + " posted a recv of " +
-                 std::to_string(r->bytes) + " bytes (tag " + std::to_string(r->tag) +
-                 ") but rank " + std::to_string(p) + " sent " + std::to_string(m->bytes) + " bytes",
-             false);
+      if (m->bytes != r->bytes) fail(sizeMismatchMessage(rank_, *r, p, m->bytes), false);
       m->recv = r;
       r->req->peer = p;
       return;
@@ -519,12 +515,7 @@ void ZmqTransport::accept(Arrival&& a) {
       for (auto it = p2pRecvs_.begin(); it != p2pRecvs_.end(); ++it) {
         auto& r = *it;
         if ((r->src != src && r->src != kAnySource) || r->tag != h.tag) continue;
-        if (r->bytes != h.bytes)
-          fail("oreg_ccl: rank " + std::to_string(rank_) + " posted a recv of " +
-                   std::to_string(r->bytes) + " bytes (tag " + std::to_string(r->tag) +
-                   ") but rank " + std::to_string(src) + " sent " + std::to_string(h.bytes) +
-                   " bytes",
-               false);
+        if (r->bytes != h.bytes) fail(sizeMismatchMessage(rank_, *r, src, h.bytes), false);
         m->recv = r;
         r->req->peer = src;
         p2pRecvs_.erase(it);
@@ -555,12 +546,6 @@ bool ZmqTransport::deliver(Inbound& m) {
   return progressed;
 }
 
-void ZmqTransport::finishRecv(const std::shared_ptr<PendingRecv>& r, int src) {
-  r->req->peer = src;
-  r->req->done.store(true, std::memory_order_release);
-  if (r->req->onComplete) r->req->onComplete();
-}
-
 bool ZmqTransport::match() {
   bool progressed = false;
   for (int src = 0; src < size_; ++src) {
@@ -573,23 +558,15 @@ bool ZmqTransport::match() {
       if (!m->recv) {
         if (q.empty()) break;
         auto r = q.front();
-        if (m->tag != r->tag || m->what != r->what || m->bytes != r->bytes) {
-          std::ostringstream s;
-          s << "oreg_ccl: mismatched collectives: rank " << rank_ << " runs " << r->what << " ("
-            << r->bytes << " bytes) but rank " << src << " runs " << m->what << " (" << m->bytes
-            << " bytes)";
-          if (m->tag < r->tag) s << " (a stale message, sequence " << m->tag << ")";
-          s << ". Every rank of a group must call the same collectives in the same order with "
-               "matching sizes and dtypes.";
-          fail(s.str(), true);
-        }
+        if (m->tag != r->tag || m->what != r->what || m->bytes != r->bytes)
+          fail(mismatchMessage(rank_, *r, src, m->what, m->bytes), true);
         q.pop_front();
         m->recv = r;
       }
       progressed |= deliver(*m);
       if (m->delivered < m->bytes) break;
       box.pop_front();
-      finishRecv(m->recv, src);
+      completeRequest(*m->recv->req, src);
       progressed = true;
     }
     // Send/recv: matched messages, in any order of completion.
@@ -606,7 +583,7 @@ bool ZmqTransport::match() {
         continue;
       }
       it = pbox.erase(it);
-      finishRecv(m->recv, src);
+      completeRequest(*m->recv->req, src);
       progressed = true;
     }
   }
@@ -619,11 +596,7 @@ bool ZmqTransport::poll() {
     std::lock_guard<std::mutex> g(releasedMutex_);
     sent.swap(released_);
   }
-  for (auto& req : sent) {
-    --sendsInFlight_;
-    req->done.store(true, std::memory_order_release);
-    if (req->onComplete) req->onComplete();
-  }
+  for (auto& req : sent) completeRequest(*req, req->peer);
   checkFailure();
   std::vector<Arrival> got;
   {
@@ -676,16 +649,6 @@ void ZmqTransport::quiesce() {
   if (!waitDrained(std::chrono::seconds(10)))
     TORCH_WARN("oreg_ccl: rank ", rank_, ": ", chunksInFlight_.load(),
                " message chunks still held by libzmq after a failure");
-}
-
-bool ZmqTransport::busy() const {
-  if (sendsInFlight_.load() > 0) return true;
-  for (auto& q : collRecvs_)
-    if (!q.empty()) return true;
-  for (auto& box : inbox_)
-    for (auto& m : box)
-      if (m->recv) return true;
-  return !p2pRecvs_.empty();
 }
 
 void ZmqTransport::checkPeers() {

@@ -78,7 +78,6 @@ class ZmqTransport final : public Transport {
   void wakeup() override;
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;
-  bool busy() const override;
   void quiesce() override;
 
   // One non-blocking round of progress; true if anything moved. Throws the
@@ -90,14 +89,6 @@ class ZmqTransport final : public Transport {
   const std::string& endpoint(int rank) const { return endpoints_.at(rank); }
 
  private:
-  struct PendingRecv {
-    RequestPtr req;
-    int src;
-    uint64_t tag;
-    std::string what;
-    size_t bytes;
-    Sink sink;
-  };
   // A logical message from one peer, assembled from its chunks.
   struct Inbound {
     uint64_t tag;
@@ -106,7 +97,7 @@ class ZmqTransport final : public Transport {
     size_t arrived = 0;    // payload bytes received
     size_t delivered = 0;  // payload bytes handed to the sink
     std::deque<ZmqMessage> chunks;
-    std::shared_ptr<PendingRecv> recv;  // null until matched
+    std::shared_ptr<PostedRecv> recv;  // null until matched
   };
   struct Arrival {
     wire::Header header;
@@ -135,8 +126,7 @@ class ZmqTransport final : public Transport {
   void accept(Arrival&& a);
   bool match();
   bool deliver(Inbound& m);
-  void bindP2P(const std::shared_ptr<PendingRecv>& r);
-  void finishRecv(const std::shared_ptr<PendingRecv>& r, int src);
+  void bindP2P(const std::shared_ptr<PostedRecv>& r);
   void checkPeers();
   void checkFailure();
   [[noreturn]] void fail(const std::string& why, bool propagate);
@@ -173,7 +163,6 @@ class ZmqTransport final : public Transport {
   // Zero-copy sends: chunks libzmq still holds, and finished requests for the
   // progress thread to complete.
   std::atomic<int64_t> chunksInFlight_{0};
-  std::atomic<int64_t> sendsInFlight_{0};
   std::mutex releasedMutex_;
   std::vector<RequestPtr> released_;  // GUARDED_BY(releasedMutex_)
 
@@ -184,8 +173,8 @@ class ZmqTransport final : public Transport {
 
   // Progress-thread state.
   std::vector<std::deque<std::shared_ptr<Inbound>>> inbox_;  // per slot(src, ch), arrival order
-  std::vector<std::deque<std::shared_ptr<PendingRecv>>> collRecvs_;  // per src
-  std::list<std::shared_ptr<PendingRecv>> p2pRecvs_;                 // posting order
+  std::vector<std::deque<std::shared_ptr<PostedRecv>>> collRecvs_;  // per src
+  std::list<std::shared_ptr<PostedRecv>> p2pRecvs_;                 // posting order
   Clock::time_point lastPeerCheck_;
 
   std::atomic<bool> failed_{false};
