@@ -172,8 +172,8 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                                                   const std::string& desc,
                                                   const std::vector<at::Tensor>& inputs,
                                                   const std::vector<at::Tensor>& outputs,
-                                                  std::chrono::milliseconds timeout, Body body,
-                                                  Post post, bool blockHost, int readyDevice) {
+                                                  Call call, Body body, Post post, bool blockHost,
+                                                  int readyDevice) {
   drainGraveyard();
   {
     std::lock_guard<std::mutex> g(mutex_);
@@ -193,7 +193,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
 
   Op op;
   op.work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost);
-  op.timeout = timeoutOf(timeout);
+  op.timeout = timeoutOf(call.timeout);
   if (post) {
     op.tag = 0;
     op.what = name + " " + desc;
@@ -217,6 +217,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                  inputs, outputs);
   }
   auto work = op.work;
+  if (!call.asyncOp && device < 0 && !op.post && !coalescing_ && runInline(op)) return work;
   {
     std::lock_guard<std::mutex> g(mutex_);
     queue_.push_back(std::move(op));
@@ -226,6 +227,24 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   transport_->wakeup();
   if (coalescing_) coalesced_.push_back(work);
   return work;
+}
+
+bool OregBackend::runInline(Op& op) {
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    // The worker owns the transport while it runs an op or drives p2p
+    // requests; otherwise it is parked on cv_ and the caller may borrow it
+    // (mutex_ orders the two threads' uses of the transport).
+    if (running_ || !queue_.empty() || hasInflight_.load(std::memory_order_acquire)) return false;
+    running_ = true;
+  }
+  runOp(op);
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    running_ = false;
+  }
+  cv_.notify_all();
+  return true;
 }
 
 void OregBackend::workerLoop() {
@@ -240,7 +259,7 @@ void OregBackend::workerLoop() {
     }
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return !queue_.empty() || stopping_ || (!inflight_.empty() && !broken_); });
+      cv_.wait(lock, [&] { return !queue_.empty() || stopping_ || (hasInflight_ && !broken_); });
       if (!queue_.empty()) {
         op = std::move(queue_.front());
         queue_.pop_front();
@@ -297,6 +316,7 @@ void OregBackend::runOp(Op& op) {
     if (op.post) {
       RequestPtr req = op.post(c, op.work);
       inflight_.push_back({req, op.work, c.deadline, op.what});
+      hasInflight_.store(true, std::memory_order_release);
     } else {
       auto start = Clock::now();  // stream dependencies met: the collective itself
       op.body(c);
@@ -329,6 +349,7 @@ void OregBackend::sweepInFlight() {
   std::lock_guard<std::mutex> g(mutex_);
   for (auto it = done; it != inflight_.end(); ++it) deadFlights_.push_back(std::move(*it));
   inflight_.erase(done, inflight_.end());
+  hasInflight_.store(!inflight_.empty(), std::memory_order_release);
 }
 
 void OregBackend::drainGraveyard() {
@@ -343,12 +364,16 @@ void OregBackend::drainGraveyard() {
 }
 
 void OregBackend::failAll(std::exception_ptr error) {
-  if (!broken_) broken_ = error;
+  {
+    std::lock_guard<std::mutex> g(mutex_);  // the worker's wait predicate reads broken_
+    if (!broken_) broken_ = error;
+  }
   transport_->quiesce();
   for (auto& f : inflight_) f.work->complete(error);
   std::lock_guard<std::mutex> g(mutex_);
   for (auto& f : inflight_) deadFlights_.push_back(std::move(f));
   inflight_.clear();
+  hasInflight_.store(false, std::memory_order_release);
 }
 
 // ---- point to point ----------------------------------------------------------
@@ -368,7 +393,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::send(std::vector<at::Tensor>& tensor
     return req;
   };
   return enqueue(c10d::OpType::SEND, "send", describe(t) + " to " + std::to_string(dstRank),
-                 {t}, {}, c10d::kUnsetTimeout, nullptr, post);
+                 {t}, {}, Call{c10d::kUnsetTimeout}, nullptr, post);
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensors, int srcRank,
@@ -401,7 +426,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recvImpl(std::vector<at::Tensor>& te
     return req;
   };
   return enqueue(srcRank == kAnySource ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, "recv",
-                 describe(t), {}, {t}, timeout, nullptr, post);
+                 describe(t), {}, {t}, Call{timeout}, nullptr, post);
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::recvAnysource(std::vector<at::Tensor>& tensors,

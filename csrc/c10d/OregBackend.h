@@ -148,6 +148,18 @@ class OregBackend final : public c10d::Backend {
   NetworkInfo networkInfo() const;
 
  private:
+  // What enqueue takes from a call's c10d options.
+  struct Call {
+    std::chrono::milliseconds timeout = c10d::kUnsetTimeout;
+    // False for Python's async_op=False: the caller waits at once, so an idle
+    // group may run a host-tensor collective on the caller's thread (runInline).
+    bool asyncOp = true;
+  };
+  template <class Options>
+  static Call callOf(const Options& opts) {
+    return {opts.timeout, opts.asyncOp};
+  }
+
   // A collective body runs to completion on the worker.
   using Body = std::function<void(Collective&)>;
   // A p2p body posts its request and returns it; its completion finishes the work.
@@ -172,13 +184,16 @@ class OregBackend final : public c10d::Backend {
   c10::intrusive_ptr<OregWork> enqueue(c10d::OpType type, const std::string& name,
                                        const std::string& desc,
                                        const std::vector<at::Tensor>& inputs,
-                                       const std::vector<at::Tensor>& outputs,
-                                       std::chrono::milliseconds timeout, Body body,
+                                       const std::vector<at::Tensor>& outputs, Call call,
+                                       Body body,
                                        Post post = nullptr, bool blockHost = false,
                                        int readyDevice = -1);
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
   void workerLoop();
   void runOp(Op& op);
+  // Run `op` on the caller's thread if the worker is idle with nothing in
+  // flight (saves two thread hand-offs per small collective); false if not.
+  bool runInline(Op& op);
   void sweepInFlight();
   void failAll(std::exception_ptr error);
   // The worker never drops the last reference to an operation's tensors or
@@ -196,11 +211,9 @@ class OregBackend final : public c10d::Backend {
                                                    const char* name);
   c10::intrusive_ptr<c10d::Work> allgatherLists(
       const std::vector<std::vector<at::Tensor>>& outputLists,
-      const std::vector<at::Tensor>& inputs, std::chrono::milliseconds timeout, const char* name,
-      c10d::OpType type);
+      const std::vector<at::Tensor>& inputs, Call call, const char* name, c10d::OpType type);
   c10::intrusive_ptr<c10d::Work> allgatherImpl(std::vector<at::Tensor> outputs,
-                                               std::vector<at::Tensor> inputs,
-                                               std::chrono::milliseconds timeout,
+                                               std::vector<at::Tensor> inputs, Call call,
                                                const char* name);
 
   c10::intrusive_ptr<Options> options_;
@@ -216,7 +229,7 @@ class OregBackend final : public c10d::Backend {
   std::condition_variable cv_;
   std::deque<Op> queue_;   // GUARDED_BY(mutex_)
   bool stopping_ = false;  // GUARDED_BY(mutex_)
-  bool running_ = false;   // GUARDED_BY(mutex_): the worker is executing an op
+  bool running_ = false;   // GUARDED_BY(mutex_): an op is executing (worker or inline)
   bool shutDown_ = false;  // GUARDED_BY(mutex_)
   std::vector<Op> deadOps_;            // GUARDED_BY(mutex_)
   std::vector<InFlight> deadFlights_;  // GUARDED_BY(mutex_)
@@ -224,9 +237,10 @@ class OregBackend final : public c10d::Backend {
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   Clock::duration spin_{};      // how long an idle worker polls before sleeping
 
-  // Worker-only state.
+  // Worker-only state (an inline op runs while the worker waits for work).
   std::vector<InFlight> inflight_;
-  std::exception_ptr broken_;  // the group's first failure
+  std::atomic<bool> hasInflight_{false};  // !inflight_.empty(), for runInline
+  std::exception_ptr broken_;  // GUARDED_BY(mutex_) for writes: the group's first failure
 };
 
 }  // namespace openreg::ccl

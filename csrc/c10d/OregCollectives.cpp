@@ -94,7 +94,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allreduce(std::vector<at::Tensor>& t
                       "oreg_ccl: allreduce of sparse tensors supports SUM only");
     std::string desc = std::string("sparse ") + c10::toString(t.scalar_type()) +
                        c10::str(t.sizes()) + " SUM";
-    return enqueue(c10d::OpType::ALLREDUCE, "allreduce", desc, {t}, {t}, opts.timeout,
+    return enqueue(c10d::OpType::ALLREDUCE, "allreduce", desc, {t}, {t}, callOf(opts),
                    [t](Collective& c) { allreduceSparse(c, t); });
   }
   at::Tensor t = checkSingle(tensors, "allreduce");
@@ -102,7 +102,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allreduce(std::vector<at::Tensor>& t
   std::vector<at::Tensor> inputs{t};
   if (spec.factorTensor.defined()) inputs.push_back(spec.factorTensor);
   return enqueue(c10d::OpType::ALLREDUCE, "allreduce", describe(t) + " " + spec.name, inputs, {t},
-                 opts.timeout, [t, spec](Collective& c) { allreduceTensor(c, t, spec); });
+                 callOf(opts), [t, spec](Collective& c) { allreduceTensor(c, t, spec); });
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allreduce_coalesced(
@@ -116,7 +116,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allreduce_coalesced(
     desc += describe(t);
   }
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced",
-                 desc + " " + specs[0].name, tensors, tensors, opts.timeout,
+                 desc + " " + specs[0].name, tensors, tensors, callOf(opts),
                  [tensors, specs](Collective& c) {
                    for (size_t i = 0; i < tensors.size(); ++i) allreduceTensor(c, tensors[i], specs[i]);
                  });
@@ -129,7 +129,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::broadcast(std::vector<at::Tensor>& t
   checkRoot(opts.rootRank, getSize(), "broadcast");
   int root = static_cast<int>(opts.rootRank);
   return enqueue(c10d::OpType::BROADCAST, "broadcast",
-                 describe(t) + " root " + std::to_string(root), {t}, {t}, opts.timeout,
+                 describe(t) + " root " + std::to_string(root), {t}, {t}, callOf(opts),
                  [t, root](Collective& c) {
                    bool isRoot = c.rank() == root;
                    Staged s = stage(t, t.scalar_type(), /*load=*/isRoot);
@@ -149,7 +149,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduce(std::vector<at::Tensor>& tens
   if (spec.factorTensor.defined()) inputs.push_back(spec.factorTensor);
   return enqueue(c10d::OpType::REDUCE, "reduce",
                  describe(t) + " " + spec.name + " root " + std::to_string(root), inputs, {t},
-                 opts.timeout, [t, spec, root](Collective& c) {
+                 callOf(opts), [t, spec, root](Collective& c) {
                    bool isRoot = c.rank() == root;
                    // Only the root's tensor changes: others scale a private copy.
                    Staged s = stage(t, stageDtype(t.scalar_type()), /*load=*/true,
@@ -166,8 +166,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduce(std::vector<at::Tensor>& tens
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allgatherImpl(std::vector<at::Tensor> outputs,
                                                           std::vector<at::Tensor> inputs,
-                                                          std::chrono::milliseconds timeout,
-                                                          const char* name) {
+                                                          Call call, const char* name) {
   // outputs[i] receives size * inputs[i] (flat, in rank order).
   std::string desc;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -181,7 +180,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherImpl(std::vector<at::Tensor
                       " x ", inputs[i].numel());
     desc += describe(inputs[i]);
   }
-  return enqueue(c10d::OpType::_ALLGATHER_BASE, name, desc, inputs, outputs, timeout,
+  return enqueue(c10d::OpType::_ALLGATHER_BASE, name, desc, inputs, outputs, call,
                  [outputs, inputs](Collective& c) {
                    for (size_t i = 0; i < inputs.size(); ++i) {
                      Staged in = stage(inputs[i], inputs[i].scalar_type(), true);
@@ -194,7 +193,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherImpl(std::vector<at::Tensor
 
 c10::intrusive_ptr<c10d::Work> OregBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                             const c10d::AllgatherOptions& opts) {
-  return allgatherImpl({output}, {input}, opts.timeout, "_allgather_base");
+  return allgatherImpl({output}, {input}, callOf(opts), "_allgather_base");
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allgather_into_tensor_coalesced(
@@ -202,7 +201,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgather_into_tensor_coalesced(
     const c10d::AllgatherOptions& opts) {
   TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(),
                     "oreg_ccl: allgather_into_tensor_coalesced needs matching, non-empty lists");
-  return allgatherImpl(outputs, inputs, opts.timeout, "allgather_into_tensor_coalesced");
+  return allgatherImpl(outputs, inputs, callOf(opts), "allgather_into_tensor_coalesced");
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -210,7 +209,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgather(std::vector<std::vector<at
                                                       const c10d::AllgatherOptions& opts) {
   checkSingle(inputs, "allgather");
   TORCH_CHECK_VALUE(outputs.size() == 1, "oreg_ccl: allgather expects one list of output tensors");
-  return allgatherLists(outputs, inputs, opts.timeout, "allgather", c10d::OpType::ALLGATHER);
+  return allgatherLists(outputs, inputs, callOf(opts), "allgather", c10d::OpType::ALLGATHER);
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allgather_coalesced(
@@ -225,13 +224,13 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgather_coalesced(
                       inputs.size(), " output tensors per rank, got ", perRank.size());
     for (size_t i = 0; i < inputs.size(); ++i) byInput[i].push_back(perRank[i]);
   }
-  return allgatherLists(byInput, inputs, opts.timeout, "allgather_coalesced",
+  return allgatherLists(byInput, inputs, callOf(opts), "allgather_coalesced",
                         c10d::OpType::ALLGATHER_COALESCED);
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allgatherLists(
     const std::vector<std::vector<at::Tensor>>& outputLists, const std::vector<at::Tensor>& inputs,
-    std::chrono::milliseconds timeout, const char* name, c10d::OpType type) {
+    Call call, const char* name, c10d::OpType type) {
   // outputLists[i][p] receives rank p's inputs[i].
   std::vector<at::Tensor> outs;
   std::string desc;
@@ -245,7 +244,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherLists(
     outs.insert(outs.end(), outputLists[i].begin(), outputLists[i].end());
     desc += describe(inputs[i]);
   }
-  return enqueue(type, name, desc, inputs, outs, timeout, [outputLists, inputs](Collective& c) {
+  return enqueue(type, name, desc, inputs, outs, call, [outputLists, inputs](Collective& c) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const at::Tensor& in = inputs[i];
       Staged s = stage(in, in.scalar_type(), true);
@@ -275,7 +274,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::gather(std::vector<std::vector<at::T
                       "oreg_ccl: gather: only the root passes output tensors");
   }
   return enqueue(c10d::OpType::GATHER, "gather", describe(in) + " root " + std::to_string(root),
-                 {in}, outs, opts.timeout, [in, outs, root](Collective& c) {
+                 {in}, outs, callOf(opts), [in, outs, root](Collective& c) {
                    Staged s = stage(in, in.scalar_type(), true);
                    at::Tensor flat;
                    if (c.rank() == root)
@@ -305,7 +304,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::scatter(std::vector<at::Tensor>& out
                       "oreg_ccl: scatter: only the root passes input tensors");
   }
   return enqueue(c10d::OpType::SCATTER, "scatter", describe(out) + " root " + std::to_string(root),
-                 ins, {out}, opts.timeout, [out, ins, root](Collective& c) {
+                 ins, {out}, callOf(opts), [out, ins, root](Collective& c) {
                    at::Tensor flat;
                    if (c.rank() == root) flat = packed(ins, out.scalar_type());
                    Staged s = stage(out, out.scalar_type(), false);
@@ -337,7 +336,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterImpl(std::vector<at::Te
     desc += describe(outputs[i]);
   }
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, desc + " " + specs[0].name, reads,
-                 outputs, opts.timeout, [outputs, inputs, specs](Collective& c) {
+                 outputs, callOf(opts), [outputs, inputs, specs](Collective& c) {
                    for (size_t i = 0; i < inputs.size(); ++i) {
                      c10::ScalarType dt = stageDtype(inputs[i].scalar_type());
                      // The input is the caller's: scale a private copy.
@@ -377,7 +376,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduce_scatter(
   std::vector<at::Tensor> reads = ins;
   if (spec.factorTensor.defined()) reads.push_back(spec.factorTensor);
   return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", describe(out) + " " + spec.name,
-                 reads, {out}, opts.timeout, [out, ins, spec](Collective& c) {
+                 reads, {out}, callOf(opts), [out, ins, spec](Collective& c) {
                    c10::ScalarType dt = stageDtype(out.scalar_type());
                    at::Tensor flat = packed(ins, dt);
                    Staged o = stage(out, dt, false);
@@ -427,7 +426,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall_base(at::Tensor& output, at
   auto [recvOff, recvBytes] = rowsOf(output, outputSplits, "output");
   // Sizes legitimately differ per rank, so only the dtype is compared on the wire.
   return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", c10::str(input.scalar_type()),
-                 {input}, {output}, opts.timeout,
+                 {input}, {output}, callOf(opts),
                  [input, output, sendOff, sendBytes, recvOff, recvBytes](Collective& c) {
                    Staged in = stage(input, input.scalar_type(), true);
                    Staged out = stage(output, output.scalar_type(), false);
@@ -451,7 +450,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall(std::vector<at::Tensor>& ou
                         "oreg_ccl: alltoall: all tensors must have one dtype");
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   return enqueue(c10d::OpType::ALLTOALL, "alltoall", c10::str(inputs[0].scalar_type()), ins, outs,
-                 opts.timeout, [ins, outs](Collective& c) {
+                 callOf(opts), [ins, outs](Collective& c) {
                    const int n = c.size();
                    std::vector<size_t> sendOff(n), sendBytes(n), recvOff(n), recvBytes(n);
                    size_t s = 0, r = 0;
@@ -487,7 +486,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::barrier(const c10d::BarrierOptions& 
   if (!opts.device_ids.empty()) device = static_cast<int>(opts.device_ids[0]);
   // Blocks the host in wait(), and (with device ids) first waits for the
   // work queued on that device's current stream, like NCCL's barrier.
-  return enqueue(c10d::OpType::BARRIER, "barrier", "", {}, {}, opts.timeout,
+  return enqueue(c10d::OpType::BARRIER, "barrier", "", {}, {}, callOf(opts),
                  [](Collective& c) { ccl::barrier(c); }, nullptr, /*blockHost=*/true, device);
 }
 

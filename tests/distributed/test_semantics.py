@@ -67,6 +67,45 @@ def test_stream_ordering_async_and_futures(tmp_path):
     spawn(stream_order, 2, tmp_path)
 
 
+def host_tensor_calls(rank, n):
+    # async_op=True on CPU tensors returns before the peer joined, as gloo does.
+    if rank == 1:
+        time.sleep(0.5)
+    t = torch.full((8,), float(rank))
+    start = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    if rank == 0:
+        assert time.monotonic() - start < 0.3, "async_op=True blocked the caller"
+        assert not work.is_completed()
+    work.wait()
+    assert torch.equal(t, torch.full((8,), float(sum(range(n)))))
+    # Synchronous calls on an idle group run on the caller's thread (no
+    # hand-off to the worker); mixed with async and p2p work they still run
+    # in issue order and give the right values.
+    for i in range(50):
+        a = torch.full((64,), float(i + rank))
+        pending = dist.all_reduce(torch.full((4,), 1.0), async_op=True) if i % 3 == 0 else None
+        dist.all_reduce(a)
+        assert torch.equal(a, torch.full((64,), float(n * i + sum(range(n))))), i
+        if pending is not None:
+            pending.wait()
+        if i % 7 == 0:
+            peer = (rank + 1) % n
+            buf = torch.empty(16)
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((16,), float(rank)), peer),
+                                           dist.P2POp(dist.irecv, buf, (rank - 1) % n)])
+            out = [torch.empty(2) for _ in range(n)]
+            dist.all_gather(out, torch.full((2,), float(rank)))  # while the p2p is in flight
+            for r in reqs:
+                r.wait()
+            assert torch.equal(buf, torch.full((16,), float((rank - 1) % n)))
+            assert all(torch.equal(o, torch.full((2,), float(q))) for q, o in enumerate(out))
+
+
+def test_host_tensor_sync_calls_inline_async_calls_stay_async(tmp_path):
+    spawn(host_tensor_calls, 3, tmp_path)
+
+
 def groups(rank, n):
     dev = torch.device("openreg", rank)
     # new_subgroups: [0, 1], [2, 3].
