@@ -14,10 +14,9 @@ RequestPtr Collective::send(int peer, const void* data, size_t bytes) {
 
 RequestPtr Collective::recvInto(int peer, void* data, size_t bytes) {
   char* base = static_cast<char*>(data);
-  return transport.irecv(Channel::kCollective, peer, tag, what, bytes,
-                         [base](const void* piece, size_t off, size_t n) {
-                           std::memcpy(base + off, piece, n);
-                         });
+  return transport.irecv(
+      Channel::kCollective, peer, tag, what, bytes,
+      [base](const void* piece, size_t off, size_t n) { std::memcpy(base + off, piece, n); }, data);
 }
 
 RequestPtr Collective::recvReduce(int peer, void* acc, size_t count, c10::ScalarType dtype,

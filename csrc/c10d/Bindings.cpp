@@ -48,6 +48,7 @@ void initBindings(py::module_& m) {
         d["endpoint"] = i.endpoint;
         d["group_id"] = i.groupId;
         d["rejected"] = i.rejected;
+        d["single_copy"] = i.singleCopy;
         return d;
       });
   m.def("_ccl_busy_seconds", &collectiveBusySeconds);

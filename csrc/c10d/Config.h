@@ -4,6 +4,10 @@
 //   OREG_CCL_P2P_RING_BYTES  per-pair send/recv ring                     (default 256 KiB)
 //   OREG_CCL_SPIN_US         busy-poll time before sleeping in a futex   (default 50 us, or
 //                            2 us when the group has more ranks than the machine has cores)
+//   OREG_CCL_SINGLE_COPY_BYTES  collective messages of at least this size between ranks of
+//                            one host are read straight from the sender's memory
+//                            (process_vm_readv) instead of passing through the ring
+//                            (default 256 KiB; 0 = never)
 //   OREG_CCL_ONESHOT_BYTES   allreduce at or below this size uses the one-shot algorithm,
 //                            above it reduce-scatter + all-gather        (default 64 KiB)
 //   OREG_CCL_ZMQ_CHUNK_BYTES messages between hosts travel in chunks of this size, so the
@@ -28,6 +32,7 @@ inline size_t envBytes(const char* name, size_t fallback) {
 struct Config {
   size_t collRingBytes = envBytes("OREG_CCL_RING_BYTES", 1 << 20);
   size_t p2pRingBytes = envBytes("OREG_CCL_P2P_RING_BYTES", 256 << 10);
+  size_t singleCopyBytes = envBytes("OREG_CCL_SINGLE_COPY_BYTES", 256 << 10);
   size_t oneShotBytes = envBytes("OREG_CCL_ONESHOT_BYTES", 64 << 10);
   size_t zmqChunkBytes = envBytes("OREG_CCL_ZMQ_CHUNK_BYTES", 512 << 10);
   // -1: choose from the group size (spinning only pays when every rank has a core).

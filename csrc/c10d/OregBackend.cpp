@@ -575,6 +575,9 @@ OregBackend::NetworkInfo OregBackend::networkInfo() const {
     info.endpoint = routed->zmq().endpoint(getRank());
     info.groupId = routed->zmq().groupId();
     info.rejected = routed->zmq().rejected();
+    info.singleCopy = routed->shm() && routed->shm()->singleCopy();
+  } else if (auto* shm = dynamic_cast<ShmTransport*>(transport_.get())) {
+    info.singleCopy = shm->singleCopy();
   }
   return info;
 }

@@ -144,6 +144,7 @@ class OregBackend final : public c10d::Backend {
     std::string endpoint;      // this rank's ZeroMQ address ("" on one host)
     uint64_t groupId = 0;      // the identity its messages carry (Wire.h)
     uint64_t rejected = 0;     // messages dropped as not belonging to the group
+    bool singleCopy = false;   // same-host messages read straight from the sender (ShmTransport.h)
   };
   NetworkInfo networkInfo() const;
 

@@ -35,14 +35,14 @@ RequestPtr RoutedTransport::isend(Channel ch, int dst, uint64_t tag, const std::
 }
 
 RequestPtr RoutedTransport::irecv(Channel ch, int src, uint64_t tag, const std::string& what,
-                                  size_t bytes, Sink sink) {
+                                  size_t bytes, Sink sink, void* direct) {
   // Matching any source would need both transports to agree on who takes a
   // message; like NCCL, oreg_ccl has no any-source receive across hosts.
   TORCH_CHECK(src != kAnySource, "oreg_ccl: receiving from any source is not supported in a "
               "process group that spans hosts; pass the source rank");
   TORCH_CHECK(src >= 0 && src < size() && src != rank(), "oreg_ccl: invalid source rank ", src);
-  if (!topo_.isLocal(src)) return zmq_->irecv(ch, src, tag, what, bytes, std::move(sink));
-  auto req = shm_->irecv(ch, topo_.localIndex(src), tag, what, bytes, std::move(sink));
+  if (!topo_.isLocal(src)) return zmq_->irecv(ch, src, tag, what, bytes, std::move(sink), direct);
+  auto req = shm_->irecv(ch, topo_.localIndex(src), tag, what, bytes, std::move(sink), direct);
   req->peer = src;
   return req;
 }
@@ -72,7 +72,10 @@ std::string RoutedTransport::failure() const {
   return f;
 }
 
-void RoutedTransport::quiesce() { zmq_->quiesce(); }
+void RoutedTransport::quiesce() {
+  if (shm_) shm_->quiesce();
+  zmq_->quiesce();
+}
 
 
 }  // namespace openreg::ccl

@@ -33,7 +33,7 @@ class RoutedTransport final : public Transport {
   RequestPtr isend(Channel channel, int dst, uint64_t tag, const std::string& what,
                    const void* data, size_t bytes) override;
   RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
-                   Sink sink) override;
+                   Sink sink, void* direct = nullptr) override;
   void progress(Clock::time_point until) override;
   void wakeup() override;
   void cancel(const std::string& why, bool propagate) override;
@@ -41,6 +41,7 @@ class RoutedTransport final : public Transport {
   void quiesce() override;
 
   const ZmqTransport& zmq() const { return *zmq_; }
+  const ShmTransport* shm() const { return shm_.get(); }
 
  private:
   const Topology topo_;

@@ -68,6 +68,7 @@ struct PostedRecv {
   std::string what;
   size_t bytes;
   Sink sink;
+  char* direct = nullptr;  // see Transport::irecv
 };
 
 // The errors every transport raises in the same words (thrown by the caller).
@@ -89,9 +90,11 @@ class Transport {
                            const void* data, size_t bytes) = 0;
 
   // Expect exactly `bytes` from `src` (or kAnySource on kP2P) with `tag`;
-  // the payload is delivered to `sink` piece by piece.
+  // the payload is delivered to `sink` piece by piece. `direct`, when given,
+  // is where `sink` would copy the whole message (contiguous): a transport
+  // may write it there itself instead (e.g. straight from the sender).
   virtual RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what,
-                           size_t bytes, Sink sink) = 0;
+                           size_t bytes, Sink sink, void* direct = nullptr) = 0;
 
   // Advance every posted request. Returns once something progressed, wakeup()
   // was called or `until` passed; in between it blocks in the kernel (after a

@@ -23,8 +23,8 @@ class TransportView final : public Transport {
     return parent_.isend(channel, ranks_.at(dst), tag, what, data, bytes);
   }
   RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
-                   Sink sink) override {
-    return parent_.irecv(channel, ranks_.at(src), tag, what, bytes, std::move(sink));
+                   Sink sink, void* direct = nullptr) override {
+    return parent_.irecv(channel, ranks_.at(src), tag, what, bytes, std::move(sink), direct);
   }
   void progress(Clock::time_point until) override { parent_.progress(until); }
   void wakeup() override { parent_.wakeup(); }

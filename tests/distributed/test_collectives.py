@@ -263,3 +263,46 @@ def oversubscribed(rank, n):
 
 def test_eight_ranks_on_two_cores(tmp_path):
     spawn(oversubscribed, 8, tmp_path, timeout=200)
+
+
+def large_messages(rank, n, single_copy):
+    info = dist.group.WORLD._get_backend(torch.device("cpu"))._network_info()
+    assert info["single_copy"] == single_copy, info
+    # Several single-copy chunks each way: 4 MiB straight into the destination,
+    # 256 KiB at a time into a reduction. On the CPU and from device memory.
+    for device in [torch.device("cpu"), torch.device("openreg", rank)]:
+        for dtype in [torch.float32, torch.bfloat16]:
+            ins = [make(r, (n * 700_001,), dtype, 7 + r) for r in range(n)]
+            t = ins[rank].to(device, copy=True)
+            dist.all_reduce(t)
+            check(t, reference(ins, "SUM", dtype), f"allreduce {dtype} {device}")
+            t = ins[rank].to(device, copy=True)
+            dist.reduce(t, dst=n - 1, op=ReduceOp.MAX)
+            check(t, reference(ins, "MAX", dtype) if rank == n - 1 else ins[rank], f"reduce {dtype}")
+            out = torch.empty(700_001, dtype=dtype, device=device)
+            dist.reduce_scatter_tensor(out, ins[rank].to(device, copy=True))
+            check(out, reference(ins, "SUM", dtype)[rank * 700_001:(rank + 1) * 700_001], "reduce_scatter")
+        big = make(0, (3_000_001,), torch.float32, 99)  # 12 MB
+        t = (big if rank == 0 else torch.zeros_like(big)).to(device, copy=True)
+        dist.broadcast(t, src=0)
+        check(t, big, "broadcast")
+        flat = torch.empty(n * 1_500_000, device=device)
+        dist.all_gather_into_tensor(flat, big[rank:rank + 1_500_000].to(device, copy=True))
+        check(flat, torch.cat([big[r:r + 1_500_000] for r in range(n)]), "all_gather")
+        out = torch.empty(n * 400_000, device=device)
+        dist.all_to_all_single(out, (big[:n * 400_000] + rank).to(device, copy=True))
+        check(out, torch.cat([big[rank * 400_000:(rank + 1) * 400_000] + p for p in range(n)]),
+              "all_to_all")
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_single_copy_every_collective_and_large_messages(tmp_path, world_size):
+    # A 64-byte threshold sends nearly every message of the matrix through the
+    # single-copy path (read straight from the sender's memory).
+    spawn(matrix, world_size, tmp_path, timeout=200, env={"OREG_CCL_SINGLE_COPY_BYTES": "64"})
+    (tmp_path / "large").mkdir()
+    spawn(large_messages, world_size, tmp_path / "large", True, timeout=200)
+
+
+def test_large_messages_through_the_ring_only(tmp_path):
+    spawn(large_messages, 3, tmp_path, False, timeout=200, env={"OREG_CCL_SINGLE_COPY_BYTES": "0"})

@@ -97,6 +97,32 @@ def test_dead_peer_is_detected_and_shm_is_clean(tmp_path):
     spawn(killed, 3, tmp_path, expect_exit={2: -signal.SIGKILL})
 
 
+def killed_mid_transfer(rank, n, victim):
+    # 64 MiB broadcasts from rank 1 travel single-copy: rank 0 reads them out of
+    # rank 1's memory. The victim dies (timer thread) while that is going on.
+    assert dist.group.WORLD._get_backend(torch.device("cpu"))._network_info()["single_copy"]
+    t = torch.ones(16 << 20)
+    dist.broadcast(t, src=1)
+    if rank == victim:
+        import threading
+        threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+    start = time.monotonic()
+
+    def loop():
+        while time.monotonic() - start < 30:
+            dist.broadcast(t, src=1)
+    msg = expect_dist_error(loop, f"rank {victim}")
+    assert "exited" in msg or "cannot read" in msg, msg
+    assert time.monotonic() - start < 10
+    assert not shm_objects([os.getpid()])
+    os._exit(0)
+
+
+@pytest.mark.parametrize("victim", [0, 1], ids=["receiver", "sender"])
+def test_peer_killed_during_single_copy_transfer(tmp_path, victim):
+    spawn(killed_mid_transfer, 2, tmp_path, victim, expect_exit={victim: -signal.SIGKILL})
+
+
 def lifecycle(rank, n):
     g = dist.new_group(list(range(n)))
     t = torch.ones(2, device=torch.device("openreg", rank))

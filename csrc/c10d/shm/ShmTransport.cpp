@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "../Config.h"
 
@@ -29,6 +31,7 @@ struct ShmSegmentHeader {
   std::atomic<uint32_t> doorbell;  // futex word: bumped on every event for this rank
   std::atomic<uint32_t> sleepers;  // ranks/threads blocked on doorbell
   int32_t pid;
+  uint64_t selfBase;  // where the owner mapped this segment (single-copy probe)
   // Group failure slot, used in rank 0's segment: 0 none, 1 being written, 2 set.
   std::atomic<uint32_t> failState;
   int32_t failRank;
@@ -39,16 +42,21 @@ static_assert(sizeof(ShmSegmentHeader) <= kHeaderArea);
 struct ShmRing {
   alignas(64) std::atomic<uint64_t> head;  // bytes consumed (reader)
   alignas(64) std::atomic<uint64_t> tail;  // bytes published (writer)
+  // Single-copy messages (reader): how many are done, and whether one is being
+  // read out of the writer's memory right now.
+  alignas(64) std::atomic<uint64_t> acked;
+  std::atomic<uint32_t> reading;
   char data[] __attribute__((aligned(64)));
 };
-static_assert(sizeof(ShmRing) == 128);
+static_assert(sizeof(ShmRing) == 192);
 
 struct ShmMessageHeader {
   uint64_t tag;
   uint64_t bytes;
+  uint64_t senderAddress;  // of a single-copy payload in the sender's memory, else 0
   uint32_t src;
   uint32_t magic;
-  char what[kMessageHeader - 24];
+  char what[kMessageHeader - 32];
 };
 static_assert(sizeof(ShmMessageHeader) == kMessageHeader);
 
@@ -103,6 +111,8 @@ ShmTransport::ShmTransport(int rank, int size)
   inbound_.resize(2 * size);
   recvHead_.assign(2 * size, 0);
   collRecvs_.resize(size);
+  singleCopySent_.assign(size, 0);
+  awaitingAck_.resize(size);
   lastLivenessCheck_ = Clock::now();
 }
 
@@ -142,7 +152,32 @@ std::shared_ptr<ShmTransport> ShmTransport::connect(int rank, int size, const Re
     if (r != rank) rdv.get("mapped/" + std::to_string(r));
   shm_unlink(t->ownName_.c_str());
   t->ownName_.clear();
+  // Single copy only if every rank can read every peer (all agree).
+  const bool canRead = config().singleCopyBytes > 0 && t->probeSingleCopy();
+  rdv.set("single_copy/" + std::to_string(rank), canRead ? "1" : "0");
+  bool all = canRead;
+  for (int r = 0; r < size; ++r)
+    if (r != rank) all = rdv.get("single_copy/" + std::to_string(r)) == "1" && all;
+  t->singleCopy_ = all;
+  if (all) t->scratch_.resize(256 << 10);  // stays in L2 between read and reduction
   return t;
+}
+
+bool ShmTransport::probeSingleCopy() const {
+  // Read each peer's pid out of its own mapping of its segment: fails across
+  // pid namespaces, under a ptrace policy that forbids it, or without the
+  // syscall (seccomp).
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    const ShmSegmentHeader* h = maps_[r].header();
+    const auto pidOffset = reinterpret_cast<const char*>(&h->pid) - reinterpret_cast<const char*>(h);
+    int32_t pid = 0;
+    iovec local{&pid, sizeof(pid)};
+    iovec remote{reinterpret_cast<void*>(h->selfBase + pidOffset), sizeof(pid)};
+    if (process_vm_readv(h->pid, &local, 1, &remote, 1, 0) != sizeof(pid) || pid != h->pid)
+      return false;
+  }
+  return true;
 }
 
 void ShmTransport::createOwnSegment(const std::string& name) {
@@ -161,6 +196,7 @@ void ShmTransport::createOwnSegment(const std::string& name) {
   maps_[rank_] = {p, segmentBytes_};
   // ftruncate zero-fills, so every counter starts at 0.
   maps_[rank_].header()->pid = getpid();
+  maps_[rank_].header()->selfBase = reinterpret_cast<uint64_t>(p);
 }
 
 ShmTransport::~ShmTransport() {
@@ -195,10 +231,14 @@ RequestPtr ShmTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "oreg_ccl: invalid destination rank ", dst);
   auto req = std::make_shared<Request>();
   req->peer = dst;
-  PendingSend s{req, std::vector<char>(kMessageHeader, 0), static_cast<const char*>(data), bytes};
+  const bool single =
+      singleCopy_ && ch == Channel::kCollective && bytes > 0 && bytes >= config().singleCopyBytes;
+  PendingSend s{req, std::vector<char>(kMessageHeader, 0), static_cast<const char*>(data), bytes,
+                single};
   auto* h = reinterpret_cast<ShmMessageHeader*>(s.header.data());
   h->tag = tag;
   h->bytes = bytes;
+  h->senderAddress = single ? reinterpret_cast<uint64_t>(data) : 0;
   h->src = static_cast<uint32_t>(rank_);
   h->magic = kMagic;
   std::strncpy(h->what, what.c_str(), sizeof(h->what) - 1);
@@ -208,7 +248,7 @@ RequestPtr ShmTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
 }
 
 RequestPtr ShmTransport::irecv(Channel ch, int src, uint64_t tag, const std::string& what,
-                               size_t bytes, Sink sink) {
+                               size_t bytes, Sink sink, void* direct) {
   checkFailure();
   TORCH_CHECK((src >= 0 && src < size_ && src != rank_) || (src == kAnySource && ch == Channel::kP2P),
               "oreg_ccl: invalid source rank ", src);
@@ -216,7 +256,7 @@ RequestPtr ShmTransport::irecv(Channel ch, int src, uint64_t tag, const std::str
   req->peer = src;
   auto r = std::make_shared<PostedRecv>(
       PostedRecv{req, src, tag, what.substr(0, sizeof(ShmMessageHeader::what) - 1), bytes,
-                  std::move(sink)});
+                  std::move(sink), static_cast<char*>(direct)});
   if (ch == Channel::kCollective) {
     collRecvs_[src].push_back(r);
     return req;
@@ -260,7 +300,7 @@ bool ShmTransport::pushSends(int dst, Channel ch) {
   bool progressed = false;
   while (!q.empty()) {
     PendingSend& s = q.front();
-    const size_t total = kMessageHeader + roundUp(s.bytes, kPieceAlign);
+    const size_t total = kMessageHeader + (s.singleCopy ? 0 : roundUp(s.bytes, kPieceAlign));
     size_t space = cap - (tail - head);
     if (space == 0) break;
     size_t n = std::min(space, total - s.written);
@@ -285,19 +325,73 @@ bool ShmTransport::pushSends(int dst, Channel ch) {
     rg->tail.store(tail, std::memory_order_release);
     if (s.written < total) break;
     RequestPtr req = s.req;
+    const bool single = s.singleCopy;
     q.pop_front();
-    req->done.store(true, std::memory_order_release);
-    if (req->onComplete) req->onComplete();
+    if (single)  // the receiver still reads the payload from our memory
+      awaitingAck_[dst].push_back({++singleCopySent_[dst], std::move(req)});
+    else
+      completeRequest(*req, dst);
   }
   if (progressed) ring(dst);
   return progressed;
 }
 
+bool ShmTransport::collectAcks(int dst) {
+  auto& q = awaitingAck_[dst];
+  if (q.empty()) return false;
+  const uint64_t acked = ring(dst, rank_, Channel::kCollective)->acked.load(std::memory_order_acquire);
+  bool progressed = false;
+  while (!q.empty() && q.front().seq <= acked) {
+    RequestPtr req = std::move(q.front().req);
+    q.pop_front();
+    completeRequest(*req, dst);
+    progressed = true;
+  }
+  return progressed;
+}
+
+void ShmTransport::readFromSender(int src, const Inbound& in) {
+  ShmRing* rg = ring(rank_, src, Channel::kCollective);
+  const PostedRecv& r = *in.recv;
+  const pid_t pid = maps_[src].header()->pid;
+  // While `reading` is set the sender keeps its buffer even if the group fails
+  // (quiesce); set before the failure check so one of the two sees the other.
+  struct Reading {
+    ShmRing* rg;
+    ~Reading() { rg->reading.store(0, std::memory_order_release); }
+  } reading{rg};
+  rg->reading.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const size_t chunk = r.direct ? (4 << 20) : scratch_.size();
+  for (size_t off = 0; off < in.bytes;) {
+    checkFailure();  // a failed group's buffers may be gone already
+    const size_t n = std::min(in.bytes - off, chunk);
+    char* to = r.direct ? r.direct + off : scratch_.data();
+    for (size_t got = 0; got < n;) {
+      iovec local{to + got, n - got};
+      iovec remote{reinterpret_cast<void*>(in.senderAddress + off + got), n - got};
+      ssize_t k = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+      if (k <= 0)
+        fail("oreg_ccl: rank " + std::to_string(rank_) + " cannot read " + r.what + " from rank " +
+                 std::to_string(src) + " (pid " + std::to_string(pid) + "): " +
+                 (errno == ESRCH ? std::string("the process exited") : std::strerror(errno)),
+             true);
+      got += static_cast<size_t>(k);
+    }
+    if (!r.direct) r.sink(to, off, n);  // chunks are multiples of kPieceAlign
+    off += n;
+  }
+  rg->acked.fetch_add(1, std::memory_order_release);  // completes the sender's send
+}
+
 bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h) {
-  TORCH_CHECK(h.magic == kMagic && h.src == uint32_t(src), "oreg_ccl: corrupt message header");
+  TORCH_CHECK(h.magic == kMagic && h.src == uint32_t(src) &&
+                  (h.senderAddress == 0 || ch == Channel::kCollective),
+              "oreg_ccl: corrupt message header");
   in = Inbound{};
   in.tag = h.tag;
   in.bytes = h.bytes;
+  in.senderAddress = h.senderAddress;
   if (ch == Channel::kCollective) {
     auto& q = collRecvs_[src];
     if (q.empty()) return false;  // not expected yet: leave it in the ring
@@ -346,6 +440,12 @@ bool ShmTransport::pullRecvs(int src, Channel ch) {
       if (!startMessage(src, ch, in, h)) break;
       head += kMessageHeader;
       progressed = true;
+      if (in.senderAddress) {  // single copy: the payload is not in the ring
+        readFromSender(src, in);
+        completeRequest(*in.recv->req, src);
+        in = Inbound{};
+        continue;
+      }
     }
     const size_t padded = roundUp(in.bytes, kPieceAlign);
     size_t n = std::min<size_t>(tail - head, padded - in.consumed);
@@ -399,6 +499,7 @@ bool ShmTransport::pollAll() {
       progressed |= pushSends(p, ch);
       progressed |= pullRecvs(p, ch);
     }
+    progressed |= collectAcks(p);
   }
   return progressed;
 }
@@ -446,6 +547,20 @@ void ShmTransport::cancel(const std::string& why, bool propagate) {
   wakeup();
 }
 
+void ShmTransport::quiesce() {
+  // A peer may still be inside readFromSender on one of our buffers: it checks
+  // the group's failure between chunks, so this wait is short; bounded in case
+  // the peer is stuck.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || awaitingAck_[p].empty()) continue;
+    ShmRing* rg = ring(p, rank_, Channel::kCollective);
+    while (rg->reading.load(std::memory_order_seq_cst) && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 void ShmTransport::wakeup() {
   woken_.store(true, std::memory_order_release);
   if (maps_[rank_].base) ring(rank_);
@@ -477,7 +592,7 @@ void ShmTransport::checkPeersAlive() {
   for (int p = 0; p < size_; ++p) {
     for (Channel ch : {Channel::kCollective, Channel::kP2P})
       if (!sends_[slot(p, ch)].empty() || inbound_[slot(p, ch)].active) involved[p] = true;
-    if (!collRecvs_[p].empty()) involved[p] = true;
+    if (!collRecvs_[p].empty() || !awaitingAck_[p].empty()) involved[p] = true;
   }
   for (auto& r : p2pRecvs_) {
     if (r->src == kAnySource) std::fill(involved.begin(), involved.end(), true);

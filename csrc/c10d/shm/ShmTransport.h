@@ -7,6 +7,14 @@
 // directly). Messages are a 128-byte header then the payload padded to 64
 // bytes, so every piece a Sink sees starts element-aligned.
 //
+// Single copy: a collective message of at least OREG_CCL_SINGLE_COPY_BYTES
+// puts only its header in the ring, with the sender's address; the receiver
+// reads the payload straight out of the sender's memory (process_vm_readv,
+// Linux's cross-memory attach) into its destination, or in cache-sized chunks
+// into a reduction, and then acknowledges it in the ring, which completes the
+// send. One memcpy instead of two. Used only when every rank could read every
+// peer at connect time (same pid namespace, ptrace permitted).
+//
 // Waiting: each segment has a doorbell (a 32-bit futex word). Writers ring
 // the receiver's doorbell after publishing data, readers ring the writer's
 // after freeing space, and a rank with nothing to do spins briefly and then
@@ -46,11 +54,14 @@ class ShmTransport final : public Transport {
   RequestPtr isend(Channel channel, int dst, uint64_t tag, const std::string& what,
                    const void* data, size_t bytes) override;
   RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
-                   Sink sink) override;
+                   Sink sink, void* direct = nullptr) override;
   void progress(Clock::time_point until) override;
   void wakeup() override;
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;
+  void quiesce() override;
+  // Large collective messages are read straight from the sender (see above).
+  bool singleCopy() const { return singleCopy_; }
 
  private:
   struct Mapping {
@@ -63,7 +74,13 @@ class ShmTransport final : public Transport {
     std::vector<char> header;  // the 128-byte ShmMessageHeader
     const char* data;
     size_t bytes;
+    bool singleCopy;     // only the header goes through the ring
     size_t written = 0;  // bytes of header + padded payload in the ring so far
+  };
+  // A single-copy send whose payload the receiver has not acknowledged yet.
+  struct AwaitingAck {
+    uint64_t seq;  // completes once the ring's `acked` reaches it
+    RequestPtr req;
   };
   // A p2p message that arrived before its receive (kept in host memory).
   struct Unexpected {
@@ -81,6 +98,7 @@ class ShmTransport final : public Transport {
     size_t consumed = 0;  // of the padded payload
     std::shared_ptr<PostedRecv> recv;  // null while filling an Unexpected
     Unexpected* unexpected = nullptr;
+    uint64_t senderAddress = 0;  // of a single-copy payload, in the sender's memory
   };
 
   ShmTransport(int rank, int size);
@@ -94,6 +112,9 @@ class ShmTransport final : public Transport {
   bool pushSends(int dst, Channel ch);
   bool pullRecvs(int src, Channel ch);
   bool startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h);
+  void readFromSender(int src, const Inbound& in);
+  bool collectAcks(int dst);
+  bool probeSingleCopy() const;
   void ring(int peer);  // ring a peer's doorbell
   void checkFailure();
   [[noreturn]] void sizeMismatch(const PostedRecv& r, int src, size_t sent);
@@ -107,8 +128,13 @@ class ShmTransport final : public Transport {
   std::string ownName_;  // non-empty until unlinked
   std::vector<Mapping> maps_;  // per rank (own included)
 
+  bool singleCopy_ = false;  // every rank can read every peer's memory
+
   // Progress-thread state.
   std::vector<std::deque<PendingSend>> sends_;  // per slot(dst, ch)
+  std::vector<uint64_t> singleCopySent_;        // per destination
+  std::vector<std::deque<AwaitingAck>> awaitingAck_;  // per destination
+  std::vector<char> scratch_;  // single-copy chunks on their way into a reduction
   std::vector<uint64_t> sendTail_;             // our cached tail of each outbound ring
   std::vector<Inbound> inbound_;                // per slot(src, ch)
   std::vector<uint64_t> recvHead_;             // our cached head of each inbound ring

@@ -465,7 +465,7 @@ void ZmqTransport::wakeup() {
 }
 
 RequestPtr ZmqTransport::irecv(Channel ch, int src, uint64_t tag, const std::string& what,
-                               size_t bytes, Sink sink) {
+                               size_t bytes, Sink sink, void* /*direct: pieces arrive by message*/) {
   checkFailure();
   TORCH_CHECK((src >= 0 && src < size_ && remote_[src]) || (src == kAnySource && ch == Channel::kP2P),
               "oreg_ccl: rank ", src, " is not reachable over ZeroMQ from rank ", rank_);

@@ -73,7 +73,7 @@ class ZmqTransport final : public Transport {
   RequestPtr isend(Channel channel, int dst, uint64_t tag, const std::string& what,
                    const void* data, size_t bytes) override;
   RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
-                   Sink sink) override;
+                   Sink sink, void* direct = nullptr) override;
   void progress(Clock::time_point until) override;
   void wakeup() override;
   void cancel(const std::string& why, bool propagate) override;
