@@ -7,8 +7,9 @@ With --hosts H the ranks are spread over H simulated hosts (OREG_CCL_HOST_ID):
 oreg_ccl then talks ZeroMQ over loopback TCP between hosts (shared memory
 within one), and gloo uses TCP as always: the cross-host comparison.
 
-For every collective and size, each rank times `iters` calls (after a warm-up);
-the slowest rank's average is reported. algbw = size / time; busbw applies
+For every collective and size, each rank times 5 batches of calls (~20 ms each,
+after a warm-up); per batch the slowest rank's average counts, and the median
+batch is reported. algbw = size / time; busbw applies
 nccl-tests' factors (allreduce 2(n-1)/n, allgather / reduce-scatter / alltoall
 (n-1)/n, broadcast / reduce 1), so it is comparable across world sizes.
 Both backends move CPU tensors (gloo has no openreg support), over one
@@ -64,17 +65,28 @@ def make_op(name, nbytes, n, group):
     return lambda: dist.reduce(t, dst=0, group=group)
 
 
-def timed(fn, nbytes, group):
-    iters = max(3, min(200, int(64e6 / max(nbytes, 1024))))
-    for _ in range(2):
+def timed(fn, group, reps=5):
+    """Seconds per call: the median over `reps` batches of the slowest rank's
+    average (a batch lasts ~20 ms; a median keeps one scheduler hiccup of the
+    2-core VM from dominating microsecond-scale rows, for both backends alike)."""
+    for _ in range(3):
         fn()
     dist.barrier(group=group)
     start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank decides
-    return elapsed.item()
+    fn()
+    one = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+    dist.all_reduce(one, op=dist.ReduceOp.MAX)  # every rank must run the same count
+    iters = int(max(3, min(500, 0.02 / max(one.item(), 1e-7))))
+    batches = []
+    for _ in range(reps):
+        dist.barrier(group=group)
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        batches.append((time.perf_counter() - start) / iters)
+    per_batch = torch.tensor(batches, dtype=torch.float64)
+    dist.all_reduce(per_batch, op=dist.ReduceOp.MAX)  # the slowest rank decides
+    return per_batch.median().item()
 
 
 def worker(rank, n, store_dir, sizes, queue, hosts):
@@ -90,7 +102,7 @@ def worker(rank, n, store_dir, sizes, queue, hosts):
         for nbytes in sizes:
             row = {"name": name, "bytes": nbytes}
             for label, group in (("oreg_ccl", ours), ("gloo", gloo)):
-                t = timed(make_op(name, nbytes, n, group), nbytes, group)
+                t = timed(make_op(name, nbytes, n, group), group)
                 algbw = nbytes / t / 1e9
                 row[label] = (t * 1e6, algbw, algbw * factor(n))
             rows.append(row)
