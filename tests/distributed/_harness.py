@@ -7,9 +7,13 @@ runs ``fn(rank, world_size, *args)`` and tears the group down. A hard deadline
 kills stragglers, every rank's traceback is reported, and afterwards no
 shared-memory object of these processes may be left in /dev/shm.
 """
+import ctypes
 import datetime
+import functools
 import glob
 import os
+import subprocess
+import sys
 import time
 import traceback
 
@@ -51,6 +55,25 @@ def shm_objects(pids):
     for pid in pids:
         found += glob.glob(f"/dev/shm/oreg_ccl_*_{pid}_*")
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def single_copy_allowed():
+    """Whether one process may read another's memory with process_vm_readv, as
+    oreg_ccl's single-copy path needs. Probed by a child reading this process:
+    Yama (ptrace_scope >= 1) and seccomp forbid that just as between siblings."""
+    marker = ctypes.create_string_buffer(b"oreg-probe")
+    code = (
+        "import ctypes, sys\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "class Iov(ctypes.Structure):\n"
+        "    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n"
+        "out = ctypes.create_string_buffer(10)\n"
+        f"local, remote = Iov(ctypes.addressof(out), 10), Iov({ctypes.addressof(marker)}, 10)\n"
+        f"n = libc.process_vm_readv({os.getpid()}, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)\n"
+        "sys.exit(0 if n == 10 and out.raw == b'oreg-probe' else 1)\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 
 def spawn(fn, world_size, tmp_path, *args, timeout=120, pg_timeout=30, init=True, env=None,

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
-from _harness import spawn
+from _harness import single_copy_allowed, spawn
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
@@ -301,7 +301,7 @@ def test_single_copy_every_collective_and_large_messages(tmp_path, world_size):
     # single-copy path (read straight from the sender's memory).
     spawn(matrix, world_size, tmp_path, timeout=200, env={"OREG_CCL_SINGLE_COPY_BYTES": "64"})
     (tmp_path / "large").mkdir()
-    spawn(large_messages, world_size, tmp_path / "large", True, timeout=200)
+    spawn(large_messages, world_size, tmp_path / "large", single_copy_allowed(), timeout=200)
 
 
 def test_large_messages_through_the_ring_only(tmp_path):
