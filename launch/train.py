@@ -215,10 +215,12 @@ def main(argv=None):
     if args.activation_checkpointing:
         apply_activation_checkpointing(model)
     model, dp_size, dp_rank = wrap(model, args, world if distributed else 1, device)
-    # Plain tensor parallelism leaves some parameters as plain tensors beside
-    # DTensors, which the multi-tensor (foreach) optimizer path cannot mix.
-    foreach = False if args.strategy == "tp" else None
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, foreach=foreach)
+    # The fused AdamW kernel (one pass per parameter; native on openreg and the
+    # CPU alike). Plain tensor parallelism leaves some parameters as plain
+    # tensors beside DTensors, which neither fused nor foreach can mix.
+    multi = args.strategy != "tp"
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0,
+                            fused=True if multi else None, foreach=None if multi else False)
     assert args.global_batch % dp_size == 0, "global batch must divide by the data-parallel size"
     local_batch = args.global_batch // dp_size
 

@@ -122,6 +122,12 @@ void foreach_addcdiv_scalarlist_(at::TensorList self, at::TensorList t1, at::Ten
                                  at::ArrayRef<at::Scalar> scalars);
 void foreach_sqrt_(at::TensorList self);
 std::vector<at::Tensor> foreach_sqrt(at::TensorList self);
+void fused_adamw_(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                  at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs,
+                  at::TensorList state_steps, double lr, double beta1, double beta2,
+                  double weight_decay, double eps, bool amsgrad, bool maximize,
+                  const std::optional<at::Tensor>& grad_scale,
+                  const std::optional<at::Tensor>& found_inf);
 std::vector<at::Tensor> foreach_norm(at::TensorList self, const at::Scalar& ord,
                                      std::optional<at::ScalarType> dtype);
 

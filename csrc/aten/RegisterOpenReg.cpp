@@ -122,6 +122,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_foreach_sqrt_", TORCH_FN(foreach_sqrt_));
   m.impl("_foreach_sqrt", TORCH_FN(foreach_sqrt));
   m.impl("_foreach_norm.Scalar", TORCH_FN(foreach_norm));
+  m.impl("_fused_adamw_", TORCH_FN(fused_adamw_));
   m.impl("_scaled_dot_product_flash_attention_for_cpu", TORCH_FN(sdpa_flash_cpu));
   m.impl("_scaled_dot_product_flash_attention_for_cpu_backward", TORCH_FN(sdpa_flash_cpu_backward));
   m.impl("native_layer_norm", TORCH_FN(native_layer_norm));

@@ -210,6 +210,8 @@ def test_foreach_errors_on_host_like_cpu():
     lambda ps: torch.optim.Adam(ps, lr=0.01, foreach=True),
     lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01, foreach=True),
     lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, foreach=True),
+    lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1, fused=True),
+    lambda ps: torch.optim.AdamW(ps, lr=0.01, amsgrad=True, maximize=True, fused=True),
 ])
 def test_optimizer_steps_and_clipping_match_cpu_natively(make):
     init, grads = mixed(3), [mixed(10 + i) for i in range(3)]
@@ -293,3 +295,23 @@ def test_native_kernels_are_asynchronous(fn):
     assert not s.query()
     s.synchronize()
     assert_equal(result, fn(x.cpu()))
+
+
+def test_fused_adamw_is_asynchronous_and_checks_on_the_host():
+    ps = [torch.nn.Parameter(torch.randn(5, device=DEV)) for _ in range(2)]
+    for p in ps:
+        p.grad = torch.randn(5, device=DEV)
+    opt = torch.optim.AdamW(ps, lr=0.01, fused=True)
+    opt.step()
+    s = torch.openreg.current_stream()
+    torch.openreg._sleep(200)
+    opt.step()  # queued behind the sleeping kernel: the host does not wait
+    assert not s.query()
+    s.synchronize()
+    bad = [torch.zeros(5, device=DEV)] * 2
+    with pytest.raises(RuntimeError, match="same length"):
+        torch._fused_adamw_(bad, bad[:1], bad, bad, [], bad, lr=0.1, beta1=0.9, beta2=0.99,
+                            weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch._fused_adamw_(bad, [torch.zeros(5)] * 2, bad, bad, [], bad, lr=0.1, beta1=0.9,
+                            beta2=0.99, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
