@@ -239,11 +239,15 @@ bool OregBackend::runInline(Op& op) {
     running_ = true;
   }
   runOp(op);
+  bool shuttingDown;
   {
     std::lock_guard<std::mutex> g(mutex_);
     running_ = false;
+    shuttingDown = shutDown_;
   }
-  cv_.notify_all();
+  // Only shutdown() waits for running_ to clear; waking the parked worker for
+  // nothing would cost a futex wake-up and two context switches per call.
+  if (shuttingDown) cv_.notify_all();
   return true;
 }
 
