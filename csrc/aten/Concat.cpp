@@ -22,20 +22,8 @@ namespace {
 
 // CUDA's device rule for list arguments: every tensor on the device of the
 // first openreg one (the list may start with a CPU tensor).
-c10::Device listDevice(const char* name, at::ArrayRef<Tensor> tensors, const Tensor& extra = {}) {
-  const Tensor* first = isOpenReg(extra) ? &extra : nullptr;
-  for (const Tensor& t : tensors)
-    if (!first && isOpenReg(t)) first = &t;
-  TORCH_INTERNAL_ASSERT(first, name, ": no openreg tensor argument");
-  for (const Tensor& t : tensors) opDevice(name, *first, t);
-  return opDevice(name, *first, extra);
-}
-
-std::vector<Tensor> kernelViews(at::ArrayRef<Tensor> tensors) {
-  std::vector<Tensor> views;
-  views.reserve(tensors.size());
-  for (const Tensor& t : tensors) views.push_back(kernelView(t));
-  return views;
+c10::Device listDevice(const char* name, at::TensorList tensors, const Tensor& extra = {}) {
+  return opDevice(name, extra, tensors);
 }
 
 Tensor& catInto(const std::vector<Tensor>& tensors, int64_t dim, Tensor& out, OutputMode mode) {

@@ -628,22 +628,6 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   return true;
 }
 
-// OPENREG_LOG_FALLBACK=1: print each operator the first time it takes the
-// generic path, and which path (to find operators worth a native kernel).
-void logFallback(const c10::OperatorHandle& op, bool async) {
-  static const bool enabled = [] {
-    const char* env = std::getenv("OPENREG_LOG_FALLBACK");
-    return env && *env && std::string(env) != "0";
-  }();
-  if (!enabled) return;
-  static std::mutex mutex;
-  static std::unordered_set<std::string> seen;
-  std::string name = c10::toString(op.schema().operator_name());
-  std::lock_guard<std::mutex> lock(mutex);
-  if (seen.insert(name).second)
-    std::fprintf(stderr, "openreg fallback (%s): %s\n", async ? "async" : "sync", name.c_str());
-}
-
 // Per-operator call counts (FallbackStats.h), keyed by the dispatcher's
 // OperatorName, whose address is stable for the operator's lifetime.
 struct FallbackCounter {
@@ -656,12 +640,24 @@ FallbackCounter& fallbackCounter() {
   return *counter;
 }
 
-void countFallback(const c10::OperatorHandle& op) {
+// Count a call of the generic path; with OPENREG_LOG_FALLBACK=1 also print
+// each operator the first time it is counted, and which path it took (to
+// find operators worth a native kernel).
+void recordFallback(const c10::OperatorHandle& op, bool async) {
+  static const bool log = [] {
+    const char* env = std::getenv("OPENREG_LOG_FALLBACK");
+    return env && *env && std::string(env) != "0";
+  }();
   FallbackCounter& c = fallbackCounter();
   const c10::OperatorName* key = &op.operator_name();
   std::lock_guard<std::mutex> lock(c.mutex);
   auto [it, inserted] = c.counts.try_emplace(key);
-  if (inserted) it->second.first = c10::toString(*key);
+  if (inserted) {
+    it->second.first = c10::toString(*key);
+    if (log)
+      std::fprintf(stderr, "openreg fallback (%s): %s\n", async ? "async" : "sync",
+                   it->second.first.c_str());
+  }
   ++it->second.second;
 }
 
@@ -702,15 +698,11 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               "Could not run '", op.schema().name(), "' with arguments from the "
                               "'openreg' backend: it has no native openreg kernel and no CPU "
                               "kernel for the generic path to run.");
-  countFallback(op);
   probeRandomFillArguments(op, args, num_args);
   c10::DeviceGuard guard(*device);
-  if (tryRunAsynchronously(op, stack, num_args, *device)) {
-    logFallback(op, true);
-    return;
-  }
-  logFallback(op, false);
-  runSynchronously(op, stack, num_args, *device);
+  const bool async = tryRunAsynchronously(op, stack, num_args, *device);
+  recordFallback(op, async);
+  if (!async) runSynchronously(op, stack, num_args, *device);
 }
 
 }  // namespace openreg::kernels

@@ -6,29 +6,13 @@
 // shapes and dtypes per element), so those errors are raised on the host.
 #include <ATen/ops/_fused_adamw.h>
 
-#include "Launch.h"
 #include "NativeKernels.h"
+#include "Structured.h"
 
 namespace openreg::kernels {
 
 using at::Tensor;
 using at::TensorList;
-
-namespace {
-
-std::vector<Tensor> viewsOf(TensorList list) {
-  std::vector<Tensor> views;
-  views.reserve(list.size());
-  for (const auto& t : list) views.push_back(kernelView(t));
-  return views;
-}
-
-std::optional<Tensor> viewOf(const std::optional<Tensor>& t) {
-  if (!t || !t->defined()) return std::nullopt;
-  return kernelView(*t);
-}
-
-}  // namespace
 
 void fused_adamw_(TensorList params, TensorList grads, TensorList exp_avgs,
                   TensorList exp_avg_sqs, TensorList max_exp_avg_sqs, TensorList state_steps,
@@ -40,16 +24,8 @@ void fused_adamw_(TensorList params, TensorList grads, TensorList exp_avgs,
                   state_steps.size() == n && (!amsgrad || max_exp_avg_sqs.size() == n),
               "_fused_adamw_: all tensor lists must have the same length");
   if (n == 0) return;
-  const c10::Device device = params[0].device();
-  std::vector<Tensor> all;
-  for (TensorList list : {params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps})
-    all.insert(all.end(), list.begin(), list.end());
-  for (const auto& t : {grad_scale, found_inf})
-    if (t && t->defined()) all.push_back(*t);
-  for (const auto& t : all)
-    TORCH_CHECK(t.device() == device, "Expected all tensors to be on the same device, but found "
-                "at least two devices, ", device, " and ", t.device(), "! (when checking argument "
-                "for _fused_adamw_)");
+  opDevice("_fused_adamw_", params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
+           grad_scale, found_inf);
   for (size_t i = 0; i < n; ++i) {
     for (TensorList list : {grads, exp_avgs, exp_avg_sqs}) {
       TORCH_CHECK(list[i].sizes() == params[i].sizes() &&
@@ -58,19 +34,24 @@ void fused_adamw_(TensorList params, TensorList grads, TensorList exp_avgs,
                   params[i].sizes(), " and dtype ", params[i].scalar_type());
     }
   }
+  std::vector<Tensor> reads;
+  for (TensorList list : {grads, state_steps}) reads.insert(reads.end(), list.begin(), list.end());
+  for (const auto& t : {grad_scale, found_inf})
+    if (t && t->defined()) reads.push_back(*t);
   std::vector<Tensor> writes(params.begin(), params.end());
   writes.insert(writes.end(), exp_avgs.begin(), exp_avgs.end());
   writes.insert(writes.end(), exp_avg_sqs.begin(), exp_avg_sqs.end());
   writes.insert(writes.end(), max_exp_avg_sqs.begin(), max_exp_avg_sqs.end());
   launchOnCurrentStream(
       params[0],
-      [p = viewsOf(params), g = viewsOf(grads), m = viewsOf(exp_avgs), v = viewsOf(exp_avg_sqs),
-       vmax = viewsOf(max_exp_avg_sqs), steps = viewsOf(state_steps), scale = viewOf(grad_scale),
-       inf = viewOf(found_inf), lr, beta1, beta2, weight_decay, eps, amsgrad, maximize] {
+      [p = kernelViews(params), g = kernelViews(grads), m = kernelViews(exp_avgs),
+       v = kernelViews(exp_avg_sqs), vmax = kernelViews(max_exp_avg_sqs),
+       steps = kernelViews(state_steps), scale = toKernelArg(grad_scale),
+       inf = toKernelArg(found_inf), lr, beta1, beta2, weight_decay, eps, amsgrad, maximize] {
         at::_fused_adamw_(p, g, m, v, vmax, steps, lr, beta1, beta2, weight_decay, eps, amsgrad,
                           maximize, scale, inf);
       },
-      all, writes);
+      reads, writes);
 }
 
 }  // namespace openreg::kernels

@@ -34,6 +34,13 @@ at::Tensor kernelView(const at::Tensor& t) {
   return hostTensorAt(orKernelPtr(storage.data()), storage.nbytes(), t);
 }
 
+std::vector<at::Tensor> kernelViews(at::TensorList tensors) {
+  std::vector<at::Tensor> views;
+  views.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) views.push_back(kernelView(t));
+  return views;
+}
+
 at::Tensor allocateOutput(at::IntArrayRef sizes, at::IntArrayRef strides,
                           const at::TensorOptions& options) {
   c10::OptionalDeviceGuard guard(options.device_opt());

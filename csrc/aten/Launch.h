@@ -25,6 +25,7 @@ at::Tensor hostTensorAt(void* data, size_t nbytes, const at::Tensor& like);
 // A CPU tensor aliasing `t`'s memory. Only valid inside a kernel (or after a
 // synchronisation): device memory is not ordered with the host otherwise.
 at::Tensor kernelView(const at::Tensor& t);
+std::vector<at::Tensor> kernelViews(at::TensorList tensors);
 
 // A device tensor for a kernel output, allocated straight from the caching
 // allocator on options' device (empty strides: contiguous).

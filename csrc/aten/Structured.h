@@ -105,20 +105,29 @@ void collectTensor(std::vector<at::Tensor>& out, const T& value) {
   }
 }
 
-// The device an op runs on: the first openreg tensor's. CUDA's rule for
-// native kernels: every tensor argument on that device.
+// The device an op runs on: the first openreg tensor's (tensor, optional
+// tensor and tensor-list arguments, in order). CUDA's rule for native kernels:
+// every tensor argument on that device.
 template <class... Args>
 c10::Device opDevice(const char* name, const Args&... args) {
   std::optional<c10::Device> device;
+  auto check = [&](const at::Tensor& a) {
+    if (!a.defined()) return;
+    if (!device && isOpenReg(a)) device = a.device();
+    if (device && a.device() != *device && !(a.is_cpu() && a.dim() == 0)) {
+      TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least "
+                  "two devices, ", *device, " and ", a.device(), "! (when checking argument "
+                  "for ", name, ")");
+    }
+  };
   auto visit = [&](const auto& a) {
-    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, at::Tensor>) {
-      if (!a.defined()) return;
-      if (!device && isOpenReg(a)) device = a.device();
-      if (device && a.device() != *device && !(a.is_cpu() && a.dim() == 0)) {
-        TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least "
-                    "two devices, ", *device, " and ", a.device(), "! (when checking argument "
-                    "for ", name, ")");
-      }
+    using A = std::decay_t<decltype(a)>;
+    if constexpr (std::is_same_v<A, at::Tensor>) {
+      check(a);
+    } else if constexpr (std::is_same_v<A, std::optional<at::Tensor>>) {
+      if (a) check(*a);
+    } else if constexpr (std::is_same_v<A, at::TensorList>) {
+      for (const at::Tensor& t : a) check(t);
     }
   };
   (visit(args), ...);

@@ -77,5 +77,4 @@ void RoutedTransport::quiesce() {
   zmq_->quiesce();
 }
 
-
 }  // namespace openreg::ccl

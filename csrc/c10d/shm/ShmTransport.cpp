@@ -158,8 +158,10 @@ std::shared_ptr<ShmTransport> ShmTransport::connect(int rank, int size, const Re
   bool all = canRead;
   for (int r = 0; r < size; ++r)
     if (r != rank) all = rdv.get("single_copy/" + std::to_string(r)) == "1" && all;
-  t->singleCopy_ = all;
-  if (all) t->scratch_.resize(256 << 10);  // stays in L2 between read and reduction
+  if (all) {
+    t->singleCopyBytes_ = config().singleCopyBytes;
+    t->scratch_.resize(256 << 10);  // stays in L2 between read and reduction
+  }
   return t;
 }
 
@@ -232,7 +234,7 @@ RequestPtr ShmTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
   auto req = std::make_shared<Request>();
   req->peer = dst;
   const bool single =
-      singleCopy_ && ch == Channel::kCollective && bytes > 0 && bytes >= config().singleCopyBytes;
+      singleCopyBytes_ && ch == Channel::kCollective && bytes >= singleCopyBytes_;
   PendingSend s{req, std::vector<char>(kMessageHeader, 0), static_cast<const char*>(data), bytes,
                 single};
   auto* h = reinterpret_cast<ShmMessageHeader*>(s.header.data());

@@ -61,7 +61,7 @@ class ShmTransport final : public Transport {
   std::string failure() const override;
   void quiesce() override;
   // Large collective messages are read straight from the sender (see above).
-  bool singleCopy() const { return singleCopy_; }
+  bool singleCopy() const { return singleCopyBytes_ > 0; }
 
  private:
   struct Mapping {
@@ -128,7 +128,9 @@ class ShmTransport final : public Transport {
   std::string ownName_;  // non-empty until unlinked
   std::vector<Mapping> maps_;  // per rank (own included)
 
-  bool singleCopy_ = false;  // every rank can read every peer's memory
+  // Collective messages this large go single-copy; 0: off (some rank cannot
+  // read some peer's memory, or OREG_CCL_SINGLE_COPY_BYTES=0).
+  size_t singleCopyBytes_ = 0;
 
   // Progress-thread state.
   std::vector<std::deque<PendingSend>> sends_;  // per slot(dst, ch)

@@ -187,17 +187,11 @@ ZmqTransport::~ZmqTransport() {
     std::lock_guard<std::mutex> g(ioMutex_);
     stopping_ = true;
   }
-  if (wakeFd_ >= 0) {
-    uint64_t one = 1;
-    (void)!write(wakeFd_, &one, sizeof(one));
-  }
+  wakeIo();
   if (io_.joinable()) io_.join();
   for (int p = 0; p < size_; ++p) {
-    if (dealers_[p]) {
-      // Still-queued data refers to caller buffers only if quiesce() gave up.
-      zmq_socket_monitor(dealers_[p], nullptr, 0);
-      zmq_close(dealers_[p]);
-    }
+    // Still-queued data refers to caller buffers only if quiesce() gave up.
+    closeDealer(p);
     if (monitors_[p]) zmq_close(monitors_[p]);
   }
   if (router_) zmq_close(router_);
@@ -234,8 +228,19 @@ void ZmqTransport::enqueue(Outgoing&& out) {
     std::lock_guard<std::mutex> g(ioMutex_);
     outbox_.push_back(std::move(out));
   }
+  wakeIo();
+}
+
+void ZmqTransport::wakeIo() {
   uint64_t one = 1;
-  (void)!write(wakeFd_, &one, sizeof(one));
+  if (wakeFd_ >= 0) (void)!write(wakeFd_, &one, sizeof(one));
+}
+
+void ZmqTransport::closeDealer(int peer) {
+  if (!dealers_[peer]) return;
+  zmq_socket_monitor(dealers_[peer], nullptr, 0);
+  zmq_close(dealers_[peer]);
+  dealers_[peer] = nullptr;
 }
 
 RequestPtr ZmqTransport::isend(Channel ch, int dst, uint64_t tag, const std::string& what,
@@ -427,11 +432,8 @@ void ZmqTransport::ioLoop() {
       // The group failed and a peer stopped reading: release the caller
       // buffers libzmq still holds by closing the DEALERs without lingering.
       for (int p = 0; p < size_; ++p) {
-        if (!dealers_[p]) continue;
-        setInt(dealers_[p], ZMQ_LINGER, 0);
-        zmq_socket_monitor(dealers_[p], nullptr, 0);
-        zmq_close(dealers_[p]);
-        dealers_[p] = nullptr;
+        if (dealers_[p]) setInt(dealers_[p], ZMQ_LINGER, 0);
+        closeDealer(p);
       }
     }
     if (stop) return;
@@ -644,8 +646,7 @@ void ZmqTransport::quiesce() {
     std::lock_guard<std::mutex> g(ioMutex_);
     dropSends_ = true;
   }
-  uint64_t one = 1;
-  (void)!write(wakeFd_, &one, sizeof(one));
+  wakeIo();
   if (!waitDrained(std::chrono::seconds(10)))
     TORCH_WARN("oreg_ccl: rank ", rank_, ": ", chunksInFlight_.load(),
                " message chunks still held by libzmq after a failure");
@@ -712,8 +713,7 @@ void ZmqTransport::cancel(const std::string& why, bool propagate) {
       abortPending_ = true;
       abortWhy_ = why;
     }
-    uint64_t one = 1;
-    if (wakeFd_ >= 0) (void)!write(wakeFd_, &one, sizeof(one));
+    wakeIo();
   }
   wakeup();
 }

@@ -132,6 +132,8 @@ class ZmqTransport final : public Transport {
   [[noreturn]] void fail(const std::string& why, bool propagate);
 
   void notify();
+  void wakeIo();  // make the I/O thread look at its queues (any thread)
+  void closeDealer(int peer);  // I/O thread, or after it stopped
   static void releaseChunk(void* data, void* hint);
 
   const int rank_;
