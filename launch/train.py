@@ -218,9 +218,8 @@ def main(argv=None):
     # The fused AdamW kernel (one pass per parameter; native on openreg and the
     # CPU alike). Plain tensor parallelism leaves some parameters as plain
     # tensors beside DTensors, which neither fused nor foreach can mix.
-    multi = args.strategy != "tp"
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0,
-                            fused=True if multi else None, foreach=None if multi else False)
+    impl = {"foreach": False} if args.strategy == "tp" else {"fused": True}
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, **impl)
     assert args.global_batch % dp_size == 0, "global batch must divide by the data-parallel size"
     local_batch = args.global_batch // dp_size
 

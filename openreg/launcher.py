@@ -48,7 +48,7 @@ def main(argv=None) -> None:
     sys.exit(_run_nodes(args.nodes, args.devices, train_args))
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -56,7 +56,7 @@ def _free_port() -> int:
 
 def _run_nodes(nodes: int, devices: int, train_args) -> int:
     """One torchrun agent per simulated host; the first failure stops them all."""
-    port = _free_port()
+    port = free_port()
     agents = []
     for node in range(nodes):
         env = dict(os.environ, OREG_CCL_HOST_ID=f"node{node}")
@@ -64,10 +64,12 @@ def _run_nodes(nodes: int, devices: int, train_args) -> int:
                f"--node-rank={node}", f"--nproc-per-node={devices}", "--master-addr=127.0.0.1",
                f"--master-port={port}", _train_script(), *train_args]
         agents.append(subprocess.Popen(cmd, env=env))
+    failed = 0
     try:
         while True:
             codes = [a.poll() for a in agents]
-            if any(c not in (None, 0) for c in codes) or all(c == 0 for c in codes):
+            failed = next((c for c in codes if c not in (None, 0)), 0)
+            if failed or all(c == 0 for c in codes):
                 break
             time.sleep(0.2)
     finally:
@@ -80,7 +82,8 @@ def _run_nodes(nodes: int, devices: int, train_args) -> int:
             except subprocess.TimeoutExpired:
                 a.kill()
                 a.wait()
-    return max(abs(a.returncode) for a in agents)
+    # The first agent that failed decides (the others got our SIGTERM).
+    return abs(failed) if failed else max(abs(a.returncode) for a in agents)
 
 
 if __name__ == "__main__":

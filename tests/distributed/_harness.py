@@ -57,6 +57,12 @@ def shm_objects(pids):
     return found
 
 
+def info_of(group=None, device="cpu"):
+    """oreg_ccl's view of a group (backend._network_info()): topology,
+    host_count, endpoint, group_id, rejected, single_copy."""
+    return (group or dist.group.WORLD)._get_backend(torch.device(device))._network_info()
+
+
 @functools.lru_cache(maxsize=None)
 def single_copy_allowed():
     """Whether one process may read another's memory with process_vm_readv, as

@@ -99,17 +99,14 @@ NAME_GATE_PREFIX = f"Test requires backend {BACKEND} to be one of {{"
 
 
 def lift_name_gates(cls):
-    lifted = []
     if BACKEND == "gloo":
-        return lifted
+        return
     for name in sorted(NAME_GATED):
         fn = getattr(cls, name, None)
         if fn is not None and getattr(fn, "__unittest_skip__", False) and \
                 (fn.__unittest_skip_why__ in NAME_GATE_REASONS or
                  fn.__unittest_skip_why__.startswith(NAME_GATE_PREFIX)):
             fn.__unittest_skip__ = False
-            lifted.append(name)
-    return lifted
 
 
 class PyTorchDistributedSuite(TestDistBackend, DistributedTest._DistTestBase):
@@ -118,11 +115,10 @@ class PyTorchDistributedSuite(TestDistBackend, DistributedTest._DistTestBase):
         return str(WORLD_SIZE)
 
     def setUp(self):
-        self._env = suite_environment()
+        # TestDistBackend.setUp creates the test's temp dir (TEMP_DIR, INIT_METHOD);
+        # tearDown restores every variable.
+        self._env = suite_environment(TEMP_DIR="", INIT_METHOD="")
         self._env.__enter__()
-        # TestDistBackend.setUp creates the test's temp dir (TEMP_DIR, INIT_METHOD).
-        self._env_test = suite_environment(TEMP_DIR="", INIT_METHOD="")
-        self._env_test.__enter__()
         super().setUp()
         self._spawn_processes()
 
@@ -135,7 +131,6 @@ class PyTorchDistributedSuite(TestDistBackend, DistributedTest._DistTestBase):
                     p.kill()
                     p.join()
         finally:
-            self._env_test.__exit__(None, None, None)
             self._env.__exit__(None, None, None)
 
     def processes_at_teardown(self):
@@ -178,4 +173,4 @@ class PyTorchDistributedSuite(TestDistBackend, DistributedTest._DistTestBase):
         super()._run(rank, test_name, file_name, pipe, **kwargs)
 
 
-LIFTED = lift_name_gates(PyTorchDistributedSuite)
+lift_name_gates(PyTorchDistributedSuite)

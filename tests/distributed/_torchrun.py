@@ -5,18 +5,26 @@ so killing torchrun's process group would miss them).
 """
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+from openreg.launcher import free_port  # noqa: F401  (re-exported for the tests)
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def free_port(host="127.0.0.1"):
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def run(cmd, timeout, **kwargs):
+    """subprocess.run(cmd, capture_output=True, text=True) for launchers: on a
+    timeout the whole process tree is killed (torchrun's workers live in their
+    own sessions, so killing torchrun alone would leave them running)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def worker_env(**extra):

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
-from _harness import single_copy_allowed, spawn
+from _harness import info_of, single_copy_allowed, spawn
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
@@ -266,7 +266,7 @@ def test_eight_ranks_on_two_cores(tmp_path):
 
 
 def large_messages(rank, n, single_copy):
-    info = dist.group.WORLD._get_backend(torch.device("cpu"))._network_info()
+    info = info_of()
     assert info["single_copy"] == single_copy, info
     # Several single-copy chunks each way: 4 MiB straight into the destination,
     # 256 KiB at a time into a reduction. On the CPU and from device memory.

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from _harness import spawn
+from _harness import info_of, spawn
 from test_collectives import matrix
 from test_errors import expect_dist_error, timeouts
 from test_p2p import p2p
@@ -58,10 +58,6 @@ def header(group, src=0, kind=0, tag=0, nbytes=4, offset=0, chunk=4, what=b"allr
     import struct
 
     return struct.pack(HEADER, magic, version, kind, 0, src, 0, group, tag, nbytes, offset, chunk, what)
-
-
-def info_of(group=None):
-    return (group or dist.group.WORLD)._get_backend(torch.device("cpu"))._network_info()
 
 
 def hostile(rank, n, tmp):
@@ -207,7 +203,7 @@ def mesh_across_hosts(rank, n):
     mesh = init_device_mesh("openreg", (2, 2), mesh_dim_names=("replicate", "shard"))
     for name, hosts in (("replicate", 2), ("shard", 1)):
         g = mesh.get_group(name)
-        assert g._get_backend(torch.device("openreg"))._network_info()["host_count"] == hosts
+        assert info_of(g, "openreg")["host_count"] == hosts
         t = torch.full((3,), float(rank), device=torch.device("openreg", rank))
         dist.all_reduce(t, group=g)
         peers = dist.get_process_group_ranks(g)

@@ -1,7 +1,5 @@
 """DDP on openreg:rank over oreg_ccl trains like one process on the full batch."""
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -79,11 +77,11 @@ def test_ddp_matches_full_batch(tmp_path, hook):
 def test_ddp_under_torchrun():
     # The issue's setup exactly: torchrun --nproc-per-node=4, openreg:LOCAL_RANK,
     # the default hook and the fp16 / bf16 compression hooks in one job.
-    from _torchrun import free_port, torchrun_cmd, worker_env
+    from _torchrun import run, torchrun_cmd, worker_env
 
-    cmd = torchrun_cmd("--nproc-per-node=4", "--rdzv-backend=c10d",
-                       f"--rdzv-endpoint=127.0.0.1:{free_port()}", os.path.abspath(__file__))
-    r = subprocess.run(cmd, env=worker_env(), capture_output=True, text=True, timeout=200)
+    # --standalone: a rendezvous port the OS picks (no clash under xdist).
+    cmd = torchrun_cmd("--standalone", "--nproc-per-node=4", os.path.abspath(__file__))
+    r = run(cmd, timeout=200, env=worker_env())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     assert r.stdout.count("ddp hooks ok") == 4, r.stdout[-3000:]
 
@@ -95,4 +93,3 @@ if __name__ == "__main__":  # one torchrun worker
         train(dist.get_rank(), dist.get_world_size(), hook)
     dist.destroy_process_group()
     print("ddp hooks ok", flush=True)
-    sys.exit(0)

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from _harness import shm_objects, single_copy_allowed, spawn
+from _harness import info_of, shm_objects, single_copy_allowed, spawn
 
 
 def expect_dist_error(fn, *needles):
@@ -101,7 +101,7 @@ def killed_mid_transfer(rank, n, victim):
     # 64 MiB broadcasts from rank 1 travel single-copy where the kernel allows
     # it: rank 0 reads them out of rank 1's memory. The victim dies (timer
     # thread) while that is going on.
-    info = dist.group.WORLD._get_backend(torch.device("cpu"))._network_info()
+    info = info_of()
     assert info["single_copy"] == single_copy_allowed()
     t = torch.ones(16 << 20)
     dist.broadcast(t, src=1)

@@ -26,7 +26,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _torchrun import free_port, pids_in, tail, torchrun_cmd, wait_all, worker_env  # noqa: E402
+from _torchrun import pids_in, tail, torchrun_cmd, wait_all, worker_env  # noqa: E402
 
 NODES, PER_NODE = 2, 2
 BIG = 4 << 20  # floats: a 16 MiB all_reduce

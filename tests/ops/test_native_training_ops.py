@@ -6,25 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from common import to_device
 from openreg import _C
 
 DEV = "openreg"
-
-
-def on_dev(value):
-    if isinstance(value, torch.Tensor):
-        return value.to(DEV)
-    if isinstance(value, (list, tuple)):
-        return type(value)(on_dev(v) for v in value)
-    return value
-
-
-def to_cpu(value):
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, (list, tuple)):
-        return type(value)(to_cpu(v) for v in value)
-    return value
 
 
 def assert_equal(actual, expected):
@@ -42,7 +27,7 @@ def assert_equal(actual, expected):
 
 def run_native(fn, *args):
     """fn on the CPU and on openreg; asserts openreg never took the fallback."""
-    dev_args = on_dev(args)     # before fn runs: in-place ops change the CPU inputs
+    dev_args = to_device(args, DEV)  # before fn runs: in-place ops change the CPU inputs
     expected = fn(*args)
     torch.openreg.synchronize()
     _C._reset_fallback_counts()
@@ -55,6 +40,18 @@ def run_native(fn, *args):
 def check(fn, *args):
     actual, expected = run_native(fn, *args)
     assert_equal(actual, expected)
+
+
+def assert_raises_like_cpu(cases):
+    """Each case(device) raises on openreg exactly what it raises on the CPU,
+    on the host (no kernel fails afterwards)."""
+    for fn in cases:
+        with pytest.raises(Exception) as cpu:
+            fn("cpu")
+        with pytest.raises(type(cpu.value)) as dev:
+            fn(DEV)
+        assert str(dev.value) == str(cpu.value)
+    torch.openreg.synchronize()
 
 
 def test_fallback_counter_counts_fallback_ops():
@@ -120,18 +117,14 @@ def test_cat_split_chunk_cat():
 
 
 def test_cat_errors_like_cpu():
-    for fn in (lambda d: torch.cat([torch.randn(2, 3, device=d), torch.randn(2, 4, device=d)]),
-               lambda d: torch.cat([torch.randn(2, device=d)], dim=3),
-               lambda d: torch.split_with_sizes_copy(torch.randn(4, device=d), [1, 2]),
-               lambda d: torch._chunk_cat([torch.randn(2, device=d), torch.randn(2, device=d,
-                                                                                  dtype=torch.float64)], 0, 2),
-               lambda d: torch.max(torch.randn(0, device=d))):
-        with pytest.raises(Exception) as cpu:
-            fn("cpu")
-        with pytest.raises(type(cpu.value)) as dev:
-            fn(DEV)
-        assert str(dev.value) == str(cpu.value)
-    torch.openreg.synchronize()     # no kernel failed
+    assert_raises_like_cpu([
+        lambda d: torch.cat([torch.randn(2, 3, device=d), torch.randn(2, 4, device=d)]),
+        lambda d: torch.cat([torch.randn(2, device=d)], dim=3),
+        lambda d: torch.split_with_sizes_copy(torch.randn(4, device=d), [1, 2]),
+        lambda d: torch._chunk_cat([torch.randn(2, device=d), torch.randn(2, device=d,
+                                                                           dtype=torch.float64)], 0, 2),
+        lambda d: torch.max(torch.randn(0, device=d)),
+    ])
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         torch.cat([torch.randn(2, device=DEV), torch.randn(2)])
 
@@ -196,13 +189,7 @@ def test_foreach_errors_on_host_like_cpu():
         lambda d: torch._foreach_div_([torch.ones(2, device=d)], [1.0, 2.0]),
         lambda d: torch._foreach_norm([torch.ones(2, dtype=torch.long, device=d)]),
     ]
-    for fn in cases:
-        with pytest.raises(Exception) as cpu:
-            fn("cpu")
-        with pytest.raises(type(cpu.value)) as dev:
-            fn(DEV)
-        assert str(dev.value) == str(cpu.value)
-    torch.openreg.synchronize()
+    assert_raises_like_cpu(cases)
 
 
 @pytest.mark.parametrize("make", [
@@ -244,18 +231,15 @@ QKV = [torch.randn(2, 3, 16, 8) for _ in range(3)]
 def test_sdpa_forward_backward_native_and_equal(kwargs, dtype):
     def run(q, k, v, mask=None):
         q, k, v = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
-        kw = dict(kwargs)
+        kw = {k: v for k, v in kwargs.items() if k != "attn_mask"}
         if mask is not None:
             kw["attn_mask"] = mask if mask.dtype == torch.bool else mask.to(dtype)
         y = F.scaled_dot_product_attention(q, k, v, **kw)
         (y * torch.linspace(-1, 1, 8, dtype=dtype).to(y.device)).sum().backward()
         return [y.detach(), q.grad, k.grad, v.grad]
-    mask = kwargs.pop("attn_mask", None) if "attn_mask" in kwargs else None
-    args = QKV + ([mask] if mask is not None else [])
-    if mask is not None:
-        kwargs = dict(kwargs)
-    actual, expected = run_native(run, *args)
-    assert_equal(actual, expected)
+    # Not popped: pytest hands the same dict to every dtype.
+    mask = kwargs.get("attn_mask")
+    check(run, *QKV, *([mask] if mask is not None else []))
 
 
 def test_sdpa_takes_the_cpu_flash_kernel_asynchronously():

@@ -2,7 +2,6 @@
 devices with oreg_ccl reproduces a single-process CPU run on the same global batch."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -10,16 +9,22 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "launch", "train.py")
 STEPS = 20
+sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
+from _torchrun import run  # noqa: E402  (kills torchrun's workers too on a timeout)
 
 
-def run_job(out_dir, *args, nproc=None, timeout=420):
+def run_job(out_dir, *args, nproc=None, nodes=None, timeout=420):
+    """launch/train.py: one process, torchrun with `nproc` workers, or
+    openreg-run with `nodes` simulated hosts of `nproc` devices each."""
     cmd = [sys.executable, TRAIN]
-    if nproc:
+    if nodes:
+        cmd = [sys.executable, "-m", "openreg.launcher", "--nodes", str(nodes), "--devices", str(nproc)]
+    elif nproc:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={nproc}", TRAIN]
     cmd += ["--steps", str(STEPS), "--no-plot", "--out-dir", str(out_dir), *args]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    r = run(cmd, timeout=timeout, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     with open(os.path.join(out_dir, "summary.json")) as f:
         return json.load(f)
@@ -72,14 +77,9 @@ def test_checkpoint_resume_at_a_different_world_size(cpu_reference, tmp_path):
 def test_two_simulated_hosts_match_single_process_cpu(cpu_reference, tmp_path):
     # openreg-run --nodes 2: two torchrun agents, shared memory within a host,
     # ZeroMQ between them; HSDP replicates across the hosts.
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "openreg.launcher", "--nodes", "2", "--devices", "2",
-           "--strategy", "hsdp", "--steps", str(STEPS), "--no-plot", "--out-dir", str(tmp_path)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=420, env=env)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-    with open(os.path.join(tmp_path, "summary.json")) as f:
-        summary = json.load(f)
+    summary = run_job(tmp_path, "--strategy", "hsdp", nproc=2, nodes=2)
     assert summary["world_size"] == 4
+    assert len(summary["losses"]) == STEPS
     assert summary["hosts"] == "host 0: 0 1 | host 1: 2 3"
     for step, (got, want) in enumerate(zip(summary["losses"], cpu_reference["losses"])):
         assert got == pytest.approx(want, rel=2e-4, abs=2e-4), (step, got, want)
