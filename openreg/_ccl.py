@@ -3,6 +3,8 @@
 After ``import torch`` (autoload) ``dist.init_process_group("oreg_ccl")`` works for
 CPU and openreg tensors. The backend class is ``openreg._C._OregCCLBackend``.
 """
+import atexit
+
 import torch
 
 NAME = "oreg_ccl"
@@ -32,3 +34,9 @@ def register() -> None:
         return
     # devices as a list: a string would be iterated character by character.
     Backend.register_backend(NAME, _create_backend, extended_api=True, devices=["cpu", "openreg"])
+    from . import _C
+
+    # The thread that destroys finished operations may be waiting for the GIL:
+    # stop it while the interpreter can still hand the GIL over (the binding
+    # releases it), not during finalisation.
+    atexit.register(_C._ccl_stop_releaser)

@@ -7,6 +7,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "OregBackend.h"
+#include "Releaser.h"
 
 namespace py = pybind11;
 
@@ -52,6 +53,7 @@ void initBindings(py::module_& m) {
         return d;
       });
   m.def("_ccl_busy_seconds", &collectiveBusySeconds);
+  m.def("_ccl_stop_releaser", &stopReleaser, py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace openreg::ccl

@@ -18,6 +18,7 @@
 #include "../runtime/OpenRegStream.h"
 #include "Config.h"
 #include "Staging.h"
+#include "Releaser.h"
 #include "RoutedTransport.h"
 #include "shm/ShmTransport.h"
 #include "zmq/ZmqTransport.h"
@@ -174,7 +175,6 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                                                   const std::vector<at::Tensor>& outputs,
                                                   Call call, Body body, Post post, bool blockHost,
                                                   int readyDevice) {
-  drainGraveyard();
   {
     std::lock_guard<std::mutex> g(mutex_);
     if (shutDown_)
@@ -278,9 +278,9 @@ void OregBackend::workerLoop() {
       {
         std::lock_guard<std::mutex> g(mutex_);
         running_ = false;
-        deadOps_.push_back(std::move(op));
       }
       cv_.notify_all();
+      releaseLater(std::move(op));
       continue;
     }
     if (stop) break;
@@ -350,21 +350,11 @@ void OregBackend::sweepInFlight() {
   auto done = std::stable_partition(inflight_.begin(), inflight_.end(),
                                     [](const InFlight& f) { return !f.req->done.load(); });
   if (done == inflight_.end()) return;
-  std::lock_guard<std::mutex> g(mutex_);
-  for (auto it = done; it != inflight_.end(); ++it) deadFlights_.push_back(std::move(*it));
+  std::vector<InFlight> finished(std::make_move_iterator(done),
+                                 std::make_move_iterator(inflight_.end()));
   inflight_.erase(done, inflight_.end());
   hasInflight_.store(!inflight_.empty(), std::memory_order_release);
-}
-
-void OregBackend::drainGraveyard() {
-  std::vector<Op> ops;
-  std::vector<InFlight> flights;
-  {
-    std::lock_guard<std::mutex> g(mutex_);
-    ops.swap(deadOps_);
-    flights.swap(deadFlights_);
-  }
-  // Released here, on the caller's thread, outside the lock.
+  releaseLater(std::move(finished));
 }
 
 void OregBackend::failAll(std::exception_ptr error) {
@@ -374,10 +364,10 @@ void OregBackend::failAll(std::exception_ptr error) {
   }
   transport_->quiesce();
   for (auto& f : inflight_) f.work->complete(error);
-  std::lock_guard<std::mutex> g(mutex_);
-  for (auto& f : inflight_) deadFlights_.push_back(std::move(f));
-  inflight_.clear();
+  std::vector<InFlight> failed;
+  failed.swap(inflight_);
   hasInflight_.store(false, std::memory_order_release);
+  releaseLater(std::move(failed));
 }
 
 // ---- point to point ----------------------------------------------------------
@@ -568,7 +558,6 @@ void OregBackend::shutdown() {
     left.swap(queue_);
   }
   for (auto& op : left) op.work->complete(error);
-  drainGraveyard();
 }
 
 OregBackend::NetworkInfo OregBackend::networkInfo() const {

@@ -197,13 +197,8 @@ class OregBackend final : public c10d::Backend {
   bool runInline(Op& op);
   void sweepInFlight();
   void failAll(std::exception_ptr error);
-  // The worker never drops the last reference to an operation's tensors or
-  // work: a tensor whose Python object died first is kept alive by C++, and
-  // releasing it takes the GIL, which the caller may hold while it waits for
-  // the worker (e.g. in Work.sourceRank()). Finished operations are
-  // parked here and released on the caller's thread (next enqueue, shutdown).
-  void bury(Op&& op);
-  void drainGraveyard();
+  // Finished operations are destroyed on the releaser thread (Releaser.h),
+  // never on the worker: dropping a tensor may take the GIL.
   c10::intrusive_ptr<c10d::Work> recvImpl(std::vector<at::Tensor>& tensors, int srcRank, int tag,
                                           std::chrono::milliseconds timeout);
   c10::intrusive_ptr<c10d::Work> reduceScatterImpl(std::vector<at::Tensor> outputs,
@@ -232,8 +227,6 @@ class OregBackend final : public c10d::Backend {
   bool stopping_ = false;  // GUARDED_BY(mutex_)
   bool running_ = false;   // GUARDED_BY(mutex_): an op is executing (worker or inline)
   bool shutDown_ = false;  // GUARDED_BY(mutex_)
-  std::vector<Op> deadOps_;            // GUARDED_BY(mutex_)
-  std::vector<InFlight> deadFlights_;  // GUARDED_BY(mutex_)
   std::thread worker_;
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   Clock::duration spin_{};      // how long an idle worker polls before sleeping

@@ -161,7 +161,7 @@ c10::intrusive_ptr<OregWork> OregWork::combine(
   auto count = std::make_shared<Count>();
   count->left = parts.size();
   // Weak: the parts complete on the worker, which must not hold the last
-  // reference to a work (it owns tensors; see OregBackend's graveyard).
+  // reference to a work (it owns tensors; see Releaser.h).
   // Python may drop the combined work right after wait() queued a stream
   // kernel on it: then only its completion state is left to signal.
   c10::weak_intrusive_ptr<OregWork> weak(all);

@@ -67,6 +67,33 @@ def test_stream_ordering_async_and_futures(tmp_path):
     spawn(stream_order, 2, tmp_path)
 
 
+def released_on_completion(rank, n):
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    dist.all_reduce(torch.ones(1, device=dev))  # the group's own buffers exist now
+    torch.openreg.synchronize()
+    before = torch.openreg.memory_allocated(dev)
+    # FSDP2's pattern: collectives on buffers that Python drops at once, and no
+    # further call on the group. Their memory goes back to the allocator once
+    # the collectives finish, not at the group's next call.
+    for _ in range(3):
+        t = torch.ones(1 << 20, device=dev)
+        out = torch.empty(n << 20, device=dev)
+        dist.all_gather_into_tensor(out, t, async_op=True).wait()
+        dist.all_reduce(t, async_op=True).wait()
+        del t, out
+    torch.openreg.synchronize()
+    deadline = time.monotonic() + 5
+    while torch.openreg.memory_allocated(dev) > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert torch.openreg.memory_allocated(dev) == before, (before, torch.openreg.memory_allocated(dev))
+    dist.barrier()
+
+
+def test_finished_collectives_release_their_device_memory(tmp_path):
+    spawn(released_on_completion, 2, tmp_path)
+
+
 def host_tensor_calls(rank, n):
     # async_op=True on CPU tensors returns before the peer joined, as gloo does.
     if rank == 1:

@@ -1,0 +1,77 @@
+#include "Releaser.h"
+
+#include <unistd.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <vector>
+
+namespace openreg::ccl {
+namespace {
+
+struct State {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<Garbage>> queue;  // GUARDED_BY mutex
+  bool stopping = false;                        // GUARDED_BY mutex
+  pid_t owner = 0;  // the process whose thread runs; a forked child starts its own
+  std::thread thread;
+};
+
+// Never destroyed: workers may queue garbage while static destructors run.
+State& state() {
+  static auto* s = new State();
+  return *s;
+}
+
+void run(State& s) {
+  std::unique_lock<std::mutex> lock(s.mutex);
+  for (;;) {
+    s.cv.wait(lock, [&] { return !s.queue.empty() || s.stopping; });
+    if (s.queue.empty()) return;
+    auto batch = std::move(s.queue);
+    s.queue.clear();
+    lock.unlock();
+    batch.clear();  // may take the GIL
+    lock.lock();
+  }
+}
+
+}  // namespace
+
+void releaseLater(std::unique_ptr<Garbage> garbage) {
+  State& s = state();
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.stopping) {
+      (void)garbage.release();  // exiting: leak rather than take the GIL here
+      return;
+    }
+    if (s.owner != getpid()) {
+      // The parent's thread does not exist in a forked child: forget it
+      // (neither join nor detach can be called on it) and start one.
+      new (&s.thread) std::thread();
+      s.owner = getpid();
+      s.thread = std::thread([&s] { run(s); });
+    }
+    wake = s.queue.empty();  // otherwise a wake-up is already on its way
+    s.queue.push_back(std::move(garbage));
+  }
+  if (wake) s.cv.notify_one();
+}
+
+void stopReleaser() {
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.stopping) return;
+    s.stopping = true;
+  }
+  s.cv.notify_one();
+  if (s.owner == getpid() && s.thread.joinable()) s.thread.join();
+}
+
+}  // namespace openreg::ccl
