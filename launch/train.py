@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models.gpt import GPT, GPTConfig  # noqa: E402
 
 STRATEGIES = ("none", "ddp", "fsdp", "fsdp2", "hsdp", "tp", "dp_tp")
+WARMUP_STEPS = 10
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "corpus.txt")
 
 
@@ -233,6 +234,10 @@ def main(argv=None):
     autocast = (torch.autocast(args.device_type, dtype=torch.bfloat16)
                 if args.bf16 and args.strategy not in ("fsdp2", "hsdp") else nullcontext())
     losses, t0, tokens, comm0 = [], time.perf_counter(), 0, collective_seconds()
+    # Steady-state speed leaves out the first steps (allocator warm-up, DDP's
+    # bucket rebuild after step one), as nccl-tests leaves out warm-up iterations.
+    warmup = min(WARMUP_STEPS, (args.steps - start_step) // 2)
+    t_warm = t0
     for step in range(start_step, args.steps):
         x, y = global_batch(data, step, args.global_batch, args.seq_len, args.seed)
         x = x[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
@@ -251,6 +256,8 @@ def main(argv=None):
             dist.all_reduce(report, op=dist.ReduceOp.AVG)
         value = report.item()
         losses.append(value)
+        if step - start_step + 1 == warmup:
+            t_warm = time.perf_counter()
         tokens += args.global_batch * args.seq_len
         if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
             elapsed = time.perf_counter() - t0
@@ -260,7 +267,8 @@ def main(argv=None):
         if args.checkpoint_dir and args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
             save_checkpoint(args.checkpoint_dir, model, opt, step + 1)
 
-    elapsed = time.perf_counter() - t0
+    t_end = time.perf_counter()
+    elapsed = t_end - t0
     peaks = [device_peak_memory(device)]
     if distributed:
         gathered = [None] * world
@@ -271,6 +279,8 @@ def main(argv=None):
                    "steps": args.steps - start_step, "first_step": start_step, "losses": losses,
                    "final_loss": losses[-1] if losses else math.nan, "seconds": elapsed,
                    "steps_per_second": (args.steps - start_step) / elapsed if elapsed else 0.0,
+                   "steady_steps_per_second": (args.steps - start_step - warmup) / (t_end - t_warm)
+                   if t_end > t_warm else 0.0,
                    "tokens_per_second": tokens / elapsed if elapsed else 0.0,
                    "peak_memory_bytes_per_device": peaks, "bf16": args.bf16,
                    # rank 0's oreg_ccl worker time in collectives (overlaps compute)
