@@ -192,7 +192,8 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
       if (isOpenReg(t)) device = t.device().index();
 
   Op op;
-  op.work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost);
+  auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost);
+  op.work = work->attachWorker(/*releasable=*/!post && !coalescing_);
   op.timeout = timeoutOf(call.timeout);
   if (post) {
     op.tag = 0;
@@ -203,8 +204,12 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   }
   op.body = std::move(body);
   op.post = std::move(post);
-  op.snapshot = snapshotStorages(inputs, outputs);
   if (device >= 0) {
+    // The body holds aliases (forWorker); the caller's tensors stay alive
+    // until wait() queued its stream hold or the operation finished.
+    std::vector<at::Tensor> held = inputs;
+    held.insert(held.end(), outputs.begin(), outputs.end());
+    work->stash(std::move(held));
     // Ready once the caller's stream reaches this point; the host goes on.
     op.ready = std::make_shared<std::atomic<bool>>(false);
     auto ready = op.ready;
@@ -216,7 +221,6 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                  },
                  inputs, outputs);
   }
-  auto work = op.work;
   if (!call.asyncOp && device < 0 && !op.post && !coalescing_ && runInline(op)) return work;
   {
     std::lock_guard<std::mutex> g(mutex_);
@@ -305,8 +309,10 @@ std::atomic<int64_t> g_busy_ns{0};
 double collectiveBusySeconds() { return static_cast<double>(g_busy_ns.load()) / 1e9; }
 
 void OregBackend::runOp(Op& op) {
-  if (broken_) return op.work->complete(broken_);
-  SnapshotScope addresses(&op.snapshot);
+  if (broken_) {
+    op.kept = op.work->complete(broken_);
+    return;
+  }
   Collective c{*transport_, op.tag, op.what, Clock::now() + op.timeout,
                topology_.multiHost() ? &topology_ : nullptr};
   try {
@@ -318,14 +324,15 @@ void OregBackend::runOp(Op& op) {
       sweepInFlight();
     }
     if (op.post) {
-      RequestPtr req = op.post(c, op.work);
-      inflight_.push_back({req, op.work, c.deadline, op.what});
+      op.kept = op.work->lock();  // p2p works are never weakened
+      RequestPtr req = op.post(c, op.kept);
+      inflight_.push_back({req, op.kept, c.deadline, op.what});
       hasInflight_.store(true, std::memory_order_release);
     } else {
       auto start = Clock::now();  // stream dependencies met: the collective itself
       op.body(c);
       g_busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-      op.work->complete(nullptr);
+      op.kept = op.work->complete(nullptr);
     }
     sweepInFlight();
   } catch (...) {
@@ -333,7 +340,7 @@ void OregBackend::runOp(Op& op) {
     // The peers of a failed collective would wait for us: fail them too.
     transport_->cancel(messageOf(e), /*propagate=*/true);
     failAll(e);  // quiesces the transport before any failed operation's tensors go back
-    op.work->complete(e);
+    op.kept = op.work->complete(e);
   }
 }
 
@@ -378,7 +385,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::send(std::vector<at::Tensor>& tensor
   TORCH_CHECK_VALUE(dstRank >= 0 && dstRank < getSize() && dstRank != getRank(),
                     "oreg_ccl: send to invalid rank ", dstRank, " (group size ", getSize(),
                     ", own rank ", getRank(), ")");
-  Post post = [t, dstRank, tag](Collective& c, const c10::intrusive_ptr<OregWork>& work) {
+  Post post = [t = forWorker(t), dstRank, tag](Collective& c,
+                                           const c10::intrusive_ptr<OregWork>& work) {
     auto s = std::make_shared<Staged>(stage(t, t.scalar_type(), /*load=*/true));
     RequestPtr req = c.transport.isend(Channel::kP2P, dstRank, static_cast<uint64_t>(tag), c.what,
                                        s->buf.data_ptr(), s->buf.nbytes());
@@ -405,7 +413,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recvImpl(std::vector<at::Tensor>& te
   TORCH_CHECK(srcRank != kAnySource || !topology_.multiHost(),
               "oreg_ccl: recv from any source is not supported in a process group that spans "
               "hosts (", topology_.describe(), "), as with NCCL; pass the source rank");
-  Post post = [t, srcRank, tag](Collective& c, const c10::intrusive_ptr<OregWork>& work) {
+  Post post = [t = forWorker(t), srcRank, tag](Collective& c,
+                                           const c10::intrusive_ptr<OregWork>& work) {
     auto s = std::make_shared<Staged>(stage(t, t.scalar_type(), /*load=*/false));
     char* base = static_cast<char*>(s->buf.data_ptr());
     RequestPtr req = c.transport.irecv(
@@ -557,7 +566,7 @@ void OregBackend::shutdown() {
     std::lock_guard<std::mutex> g(mutex_);
     left.swap(queue_);
   }
-  for (auto& op : left) op.work->complete(error);
+  for (auto& op : left) op.work->complete(error);  // on the caller's thread
 }
 
 OregBackend::NetworkInfo OregBackend::networkInfo() const {

@@ -166,14 +166,14 @@ class OregBackend final : public c10d::Backend {
   // A p2p body posts its request and returns it; its completion finishes the work.
   using Post = std::function<RequestPtr(Collective&, const c10::intrusive_ptr<OregWork>&)>;
   struct Op {
-    c10::intrusive_ptr<OregWork> work;
+    std::shared_ptr<OregWork::WorkerRef> work;
+    c10::intrusive_ptr<OregWork> kept;  // the reference that completed it (WorkerRef::complete)
     std::shared_ptr<std::atomic<bool>> ready;  // null: ready now (host tensors)
     std::chrono::milliseconds timeout;
     uint64_t tag;
     std::string what;
     Body body;
     Post post;
-    StorageSnapshot snapshot;  // device addresses at enqueue time (Staging.h)
   };
   struct InFlight {
     RequestPtr req;

@@ -102,7 +102,9 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allreduce(std::vector<at::Tensor>& t
   std::vector<at::Tensor> inputs{t};
   if (spec.factorTensor.defined()) inputs.push_back(spec.factorTensor);
   return enqueue(c10d::OpType::ALLREDUCE, "allreduce", describe(t) + " " + spec.name, inputs, {t},
-                 callOf(opts), [t, spec](Collective& c) { allreduceTensor(c, t, spec); });
+                 callOf(opts), [t = forWorker(t), spec = forWorker(spec)](Collective& c) {
+                   allreduceTensor(c, t, spec);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allreduce_coalesced(
@@ -117,7 +119,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allreduce_coalesced(
   }
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced",
                  desc + " " + specs[0].name, tensors, tensors, callOf(opts),
-                 [tensors, specs](Collective& c) {
+                 [tensors = forWorker(tensors), specs = forWorker(specs)](Collective& c) {
                    for (size_t i = 0; i < tensors.size(); ++i) allreduceTensor(c, tensors[i], specs[i]);
                  });
 }
@@ -130,7 +132,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::broadcast(std::vector<at::Tensor>& t
   int root = static_cast<int>(opts.rootRank);
   return enqueue(c10d::OpType::BROADCAST, "broadcast",
                  describe(t) + " root " + std::to_string(root), {t}, {t}, callOf(opts),
-                 [t, root](Collective& c) {
+                 [t = forWorker(t), root](Collective& c) {
                    bool isRoot = c.rank() == root;
                    Staged s = stage(t, t.scalar_type(), /*load=*/isRoot);
                    ccl::broadcast(c, s.buf.data_ptr(), bytesOf(s.buf), root);
@@ -149,7 +151,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduce(std::vector<at::Tensor>& tens
   if (spec.factorTensor.defined()) inputs.push_back(spec.factorTensor);
   return enqueue(c10d::OpType::REDUCE, "reduce",
                  describe(t) + " " + spec.name + " root " + std::to_string(root), inputs, {t},
-                 callOf(opts), [t, spec, root](Collective& c) {
+                 callOf(opts), [t = forWorker(t), spec = forWorker(spec), root](Collective& c) {
                    bool isRoot = c.rank() == root;
                    // Only the root's tensor changes: others scale a private copy.
                    Staged s = stage(t, stageDtype(t.scalar_type()), /*load=*/true,
@@ -181,7 +183,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherImpl(std::vector<at::Tensor
     desc += describe(inputs[i]);
   }
   return enqueue(c10d::OpType::_ALLGATHER_BASE, name, desc, inputs, outputs, call,
-                 [outputs, inputs](Collective& c) {
+                 [outputs = forWorker(outputs), inputs = forWorker(inputs)](Collective& c) {
                    for (size_t i = 0; i < inputs.size(); ++i) {
                      Staged in = stage(inputs[i], inputs[i].scalar_type(), true);
                      Staged out = stage(outputs[i], outputs[i].scalar_type(), false);
@@ -244,7 +246,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherLists(
     outs.insert(outs.end(), outputLists[i].begin(), outputLists[i].end());
     desc += describe(inputs[i]);
   }
-  return enqueue(type, name, desc, inputs, outs, call, [outputLists, inputs](Collective& c) {
+  return enqueue(type, name, desc, inputs, outs, call, [outputLists = forWorker(outputLists),
+                                                        inputs = forWorker(inputs)](Collective& c) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const at::Tensor& in = inputs[i];
       Staged s = stage(in, in.scalar_type(), true);
@@ -274,7 +277,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::gather(std::vector<std::vector<at::T
                       "oreg_ccl: gather: only the root passes output tensors");
   }
   return enqueue(c10d::OpType::GATHER, "gather", describe(in) + " root " + std::to_string(root),
-                 {in}, outs, callOf(opts), [in, outs, root](Collective& c) {
+                 {in}, outs, callOf(opts),
+                 [in = forWorker(in), outs = forWorker(outs), root](Collective& c) {
                    Staged s = stage(in, in.scalar_type(), true);
                    at::Tensor flat;
                    if (c.rank() == root)
@@ -304,7 +308,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::scatter(std::vector<at::Tensor>& out
                       "oreg_ccl: scatter: only the root passes input tensors");
   }
   return enqueue(c10d::OpType::SCATTER, "scatter", describe(out) + " root " + std::to_string(root),
-                 ins, {out}, callOf(opts), [out, ins, root](Collective& c) {
+                 ins, {out}, callOf(opts),
+                 [out = forWorker(out), ins = forWorker(ins), root](Collective& c) {
                    at::Tensor flat;
                    if (c.rank() == root) flat = packed(ins, out.scalar_type());
                    Staged s = stage(out, out.scalar_type(), false);
@@ -336,7 +341,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterImpl(std::vector<at::Te
     desc += describe(outputs[i]);
   }
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, desc + " " + specs[0].name, reads,
-                 outputs, callOf(opts), [outputs, inputs, specs](Collective& c) {
+                 outputs, callOf(opts), [outputs = forWorker(outputs), inputs = forWorker(inputs),
+                                         specs = forWorker(specs)](Collective& c) {
                    for (size_t i = 0; i < inputs.size(); ++i) {
                      c10::ScalarType dt = stageDtype(inputs[i].scalar_type());
                      // The input is the caller's: scale a private copy.
@@ -376,7 +382,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduce_scatter(
   std::vector<at::Tensor> reads = ins;
   if (spec.factorTensor.defined()) reads.push_back(spec.factorTensor);
   return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", describe(out) + " " + spec.name,
-                 reads, {out}, callOf(opts), [out, ins, spec](Collective& c) {
+                 reads, {out}, callOf(opts),
+                 [out = forWorker(out), ins = forWorker(ins), spec = forWorker(spec)](Collective& c) {
                    c10::ScalarType dt = stageDtype(out.scalar_type());
                    at::Tensor flat = packed(ins, dt);
                    Staged o = stage(out, dt, false);
@@ -427,7 +434,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall_base(at::Tensor& output, at
   // Sizes legitimately differ per rank, so only the dtype is compared on the wire.
   return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", c10::str(input.scalar_type()),
                  {input}, {output}, callOf(opts),
-                 [input, output, sendOff, sendBytes, recvOff, recvBytes](Collective& c) {
+                 [input = forWorker(input), output = forWorker(output), sendOff, sendBytes, recvOff,
+                  recvBytes](Collective& c) {
                    Staged in = stage(input, input.scalar_type(), true);
                    Staged out = stage(output, output.scalar_type(), false);
                    ccl::alltoall(c, static_cast<const char*>(in.buf.data_ptr()), sendOff, sendBytes,
@@ -450,7 +458,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall(std::vector<at::Tensor>& ou
                         "oreg_ccl: alltoall: all tensors must have one dtype");
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   return enqueue(c10d::OpType::ALLTOALL, "alltoall", c10::str(inputs[0].scalar_type()), ins, outs,
-                 callOf(opts), [ins, outs](Collective& c) {
+                 callOf(opts), [ins = forWorker(ins), outs = forWorker(outs)](Collective& c) {
                    const int n = c.size();
                    std::vector<size_t> sendOff(n), sendBytes(n), recvOff(n), recvBytes(n);
                    size_t s = 0, r = 0;

@@ -1,6 +1,7 @@
 #include "OregWork.h"
 
 #include "Errors.h"
+#include "Releaser.h"
 
 #include "../aten/Launch.h"
 #include "../runtime/OpenRegStream.h"
@@ -33,7 +34,53 @@ int OregWork::sourceRank() const {
 
 std::vector<at::Tensor> OregWork::result() { return outputs_; }
 
-c10::intrusive_ptr<c10::ivalue::Future> OregWork::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> OregWork::getFuture() {
+  futureRequested_.store(true);
+  if (auto ref = workerRef_.lock()) ref->upgrade(c10::intrusive_ptr<OregWork>::reclaim_copy(this));
+  return future_;
+}
+
+void OregWork::release_resources() {
+  outputs_.clear();
+  stashes_.clear();
+}
+
+std::shared_ptr<OregWork::WorkerRef> OregWork::attachWorker(bool releasable) {
+  auto ref =
+      std::make_shared<WorkerRef>(c10::intrusive_ptr<OregWork>::reclaim_copy(this), completion_);
+  if (releasable) workerRef_ = ref;
+  return ref;
+}
+
+void OregWork::releaseFromWorker() {
+  if (futureRequested_.load()) return;
+  if (auto ref = workerRef_.lock()) ref->downgrade();
+}
+
+c10::intrusive_ptr<OregWork> OregWork::WorkerRef::lock() {
+  std::lock_guard<std::mutex> g(mutex_);
+  return strong_ ? strong_ : weak_.lock();
+}
+
+c10::intrusive_ptr<OregWork> OregWork::WorkerRef::complete(std::exception_ptr error) {
+  auto work = lock();
+  if (work)
+    work->complete(error);
+  else
+    completion_->set(error);
+  return work;
+}
+
+void OregWork::WorkerRef::downgrade() {
+  c10::intrusive_ptr<OregWork> dropped;  // never the last reference: the caller holds one
+  std::lock_guard<std::mutex> g(mutex_);
+  dropped.swap(strong_);
+}
+
+void OregWork::WorkerRef::upgrade(c10::intrusive_ptr<OregWork> work) {
+  std::lock_guard<std::mutex> g(mutex_);
+  if (!strong_) strong_ = std::move(work);
+}
 
 void OregWork::complete(std::exception_ptr error) {
   std::vector<std::function<void(std::exception_ptr)>> callbacks;
@@ -52,6 +99,20 @@ void OregWork::complete(std::exception_ptr error) {
     future_->setError(error);
   else
     future_->markCompleted(c10::IValue(outputs_));
+}
+
+void OregWork::stash(std::vector<at::Tensor> tensors) {
+  auto s = std::make_shared<Stash>();
+  s->tensors = std::move(tensors);
+  stashes_.push_back(std::move(s));
+}
+
+void OregWork::unstash() {
+  for (auto& s : stashes_) {
+    std::vector<at::Tensor> drop;
+    std::lock_guard<std::mutex> g(s->mutex);
+    drop.swap(s->tensors);
+  }
 }
 
 void OregWork::whenDone(std::function<void(std::exception_ptr)> fn) {
@@ -108,6 +169,8 @@ void OregWork::blockStream() {
     std::lock_guard<std::mutex> g(mutex_);
     if (completed_) {
       if (exception_) std::rethrow_exception(exception_);
+      unstash();
+      releaseFromWorker();
       return;  // nothing to wait for: the data is already in place
     }
   }
@@ -124,6 +187,9 @@ void OregWork::blockStream() {
     }
     if (error) std::rethrow_exception(error);
   });
+  // Only now: later work on this stream is ordered after the operation.
+  unstash();
+  releaseFromWorker();
 }
 
 void OregWork::synchronize() {
@@ -149,6 +215,9 @@ c10::intrusive_ptr<OregWork> OregWork::combine(
   }
   auto all = c10::make_intrusive<OregWork>(rank, c10d::OpType::COALESCED, std::move(outputs),
                                            device, false);
+  // wait() on the group releases every part's tensors.
+  for (auto& p : parts)
+    all->stashes_.insert(all->stashes_.end(), p->stashes_.begin(), p->stashes_.end());
   if (parts.empty()) {
     all->complete(nullptr);
     return all;
@@ -177,10 +246,12 @@ c10::intrusive_ptr<OregWork> OregWork::combine(
         done = count->first;
       }
       if (!last) return;
-      if (auto all = weak.lock())
+      if (auto all = weak.lock()) {
         all->complete(done);
-      else
+        releaseLater(std::move(all));  // this thread must not drop the last reference
+      } else {
         completion->set(done);
+      }
     });
   }
   return all;

@@ -35,7 +35,20 @@ class OregWork : public c10d::Work {
 
   // Worker side: complete with `error` (nullptr = success). First call wins.
   void complete(std::exception_ptr error);
+
+  // How the backend's worker refers to this work (below). `releasable`: wait()
+  // may weaken it (not for p2p or coalesced parts, whose completion needs the work).
+  class WorkerRef;
+  std::shared_ptr<WorkerRef> attachWorker(bool releasable);
+
+  // The last strong reference is gone while the worker's weak one keeps the
+  // object: drop the tensors now, not when the operation finishes.
+  void release_resources() override;
   void setSourceRank(int rank) { sourceRank_.store(rank); }
+  // Caller side, at issue: the caller's openreg tensors, kept alive until
+  // wait()/synchronize() queued the stream hold (from then on stream order
+  // protects their memory, as NCCL's stash does) or until this work dies.
+  void stash(std::vector<at::Tensor> tensors);
   // Runs `fn(error)` once this work completes (at once if it already has).
   void whenDone(std::function<void(std::exception_ptr)> fn);
   // Blocks the calling thread until completion; never throws.
@@ -58,16 +71,50 @@ class OregWork : public c10d::Work {
     void set(std::exception_ptr e);
   };
 
+  struct Stash {
+    std::mutex mutex;
+    std::vector<at::Tensor> tensors;  // GUARDED_BY(mutex)
+  };
+  void unstash();  // on the caller's thread: dropping a tensor may take the GIL
+
   void blockStream();
+  void releaseFromWorker();  // after wait() queued the stream hold
   bool waitHost(std::chrono::milliseconds timeout);
 
   std::shared_ptr<Completion> completion_ = std::make_shared<Completion>();
   std::vector<at::Tensor> outputs_;
+  std::vector<std::shared_ptr<Stash>> stashes_;  // its own, or a coalesced group's parts'
+  std::weak_ptr<WorkerRef> workerRef_;  // set when releasable
+  std::atomic<bool> futureRequested_{false};
   const int device_;
   const bool blockHost_;
   std::atomic<int> sourceRank_{-1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::vector<std::function<void(std::exception_ptr)>> callbacks_;  // GUARDED_BY(mutex_)
+};
+
+// The worker's reference to a work: strong until the caller's wait() has
+// queued its stream hold, weak from then on, so that the backend keeps no
+// output alive after wait() (NCCL keeps none either; FSDP2 drops its
+// all-gather outputs right after). A work whose future was requested stays
+// strong: DDP's reducer keeps the future, not the work.
+class OregWork::WorkerRef {
+ public:
+  WorkerRef(c10::intrusive_ptr<OregWork> work, std::shared_ptr<Completion> completion)
+      : completion_(std::move(completion)), weak_(work), strong_(std::move(work)) {}
+  // Completes the work, or, if the caller dropped it, just what stream holds
+  // wait for. Returns the reference it used: the worker must not drop it (it
+  // may be the last one), so the operation keeps it until it is released.
+  c10::intrusive_ptr<OregWork> complete(std::exception_ptr error);
+  c10::intrusive_ptr<OregWork> lock();
+  void downgrade();
+  void upgrade(c10::intrusive_ptr<OregWork> work);
+
+ private:
+  std::shared_ptr<Completion> completion_;
+  std::mutex mutex_;
+  c10::weak_intrusive_ptr<OregWork> weak_;
+  c10::intrusive_ptr<OregWork> strong_;  // GUARDED_BY(mutex_)
 };
 
 }  // namespace openreg::ccl

@@ -1,5 +1,6 @@
 #include "Releaser.h"
 
+#include <Python.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -34,7 +35,14 @@ void run(State& s) {
     auto batch = std::move(s.queue);
     s.queue.clear();
     lock.unlock();
-    batch.clear();  // may take the GIL
+    {
+      // Dropping a tensor that has a Python object takes the GIL: take it once
+      // for the batch, not once per tensor (each hand-over can wait for the
+      // interpreter's switch interval, and a backlog would pin memory).
+      PyGILState_STATE gil = PyGILState_Ensure();
+      batch.clear();
+      PyGILState_Release(gil);
+    }
     lock.lock();
   }
 }

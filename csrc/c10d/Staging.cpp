@@ -97,36 +97,34 @@ ReduceSpec reduceSpec(const c10d::ReduceOp& op, c10::ScalarType dtype, const cha
   return s;
 }
 
-namespace {
-thread_local const StorageSnapshot* t_snapshot = nullptr;
+at::Tensor forWorker(const at::Tensor& t) { return isOpenReg(t) ? kernelView(t) : t; }
 
-}  // namespace
-
-StorageSnapshot snapshotStorages(const std::vector<at::Tensor>& inputs,
-                                 const std::vector<at::Tensor>& outputs) {
-  StorageSnapshot snapshot;
-  for (const auto* list : {&inputs, &outputs})
-    for (const auto& t : *list)
-      if (t.defined() && isOpenReg(t))
-        snapshot.push_back({t.storage().unsafeGetStorageImpl(), t.storage().mutable_data(),
-                            t.storage().nbytes()});
-  return snapshot;
+std::vector<at::Tensor> forWorker(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(forWorker(t));
+  return out;
 }
 
-SnapshotScope::SnapshotScope(const StorageSnapshot* snapshot) : previous_(t_snapshot) {
-  t_snapshot = snapshot;
+std::vector<std::vector<at::Tensor>> forWorker(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<std::vector<at::Tensor>> out;
+  out.reserve(lists.size());
+  for (const auto& l : lists) out.push_back(forWorker(l));
+  return out;
 }
-SnapshotScope::~SnapshotScope() { t_snapshot = previous_; }
+
+ReduceSpec forWorker(ReduceSpec spec) {
+  if (spec.factorTensor.defined()) spec.factorTensor = forWorker(spec.factorTensor);
+  return spec;
+}
+
+std::vector<ReduceSpec> forWorker(std::vector<ReduceSpec> specs) {
+  for (auto& s : specs) s = forWorker(std::move(s));
+  return specs;
+}
 
 at::Tensor hostView(const at::Tensor& t) {
-  if (isOpenReg(t)) {
-    if (t_snapshot) {
-      for (const auto& a : *t_snapshot)
-        if (a.storage == t.storage().unsafeGetStorageImpl())
-          return hostTensorAt(openreg::orKernelPtr(a.data), a.nbytes, t);
-    }
-    return kernelView(t);
-  }
+  if (isOpenReg(t)) return kernelView(t);
   // A fresh TensorImpl over the same storage rather than `t` itself: the
   // worker may drop the last reference to it, and dropping a tensor that
   // has a Python object would need the GIL.

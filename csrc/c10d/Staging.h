@@ -42,31 +42,20 @@ ReduceSpec reduceSpec(const c10d::ReduceOp& op, c10::ScalarType dtype, const cha
 // The dtype a reduction runs in (fp16/bf16 widen to fp32).
 c10::ScalarType stageDtype(c10::ScalarType dtype);
 
-// ---- enqueue-time device addresses ---------------------------------------------
-// The device memory of a collective's openreg tensors, taken when it is
-// enqueued. The caller may free or resize a storage right after issuing the
-// collective (FSDP1 frees unsharded parameters that way); as with NCCL, the
-// memory stays valid in the stream-ordered caching allocator, so the worker
-// must use the enqueue-time address, not the storage's current one.
-struct StorageAddress {
-  const c10::StorageImpl* storage;
-  void* data;
-  size_t nbytes;
-};
-using StorageSnapshot = std::vector<StorageAddress>;
-StorageSnapshot snapshotStorages(const std::vector<at::Tensor>& inputs,
-                                 const std::vector<at::Tensor>& outputs);
-// While alive, hostView() on this thread resolves storages through `snapshot`.
-class SnapshotScope {
- public:
-  explicit SnapshotScope(const StorageSnapshot* snapshot);
-  ~SnapshotScope();
-  SnapshotScope(const SnapshotScope&) = delete;
-  SnapshotScope& operator=(const SnapshotScope&) = delete;
-
- private:
-  const StorageSnapshot* previous_;
-};
+// ---- caller thread: what an operation's body holds ---------------------------------
+// An openreg tensor becomes a CPU tensor over its device memory at the address
+// it has when the operation is issued, owning nothing. So the caller may free or
+// resize the storage right after issuing (FSDP1 frees unsharded parameters that
+// way): as with NCCL, the memory stays valid in the stream-ordered caching
+// allocator, and the operation does not keep it allocated once wait() has
+// queued its stream hold (the Work stashes the caller's tensors until then).
+// CPU tensors are returned as they are: nothing orders the host allocator, so
+// an operation keeps them until it has finished.
+at::Tensor forWorker(const at::Tensor& t);
+std::vector<at::Tensor> forWorker(const std::vector<at::Tensor>& ts);
+std::vector<std::vector<at::Tensor>> forWorker(const std::vector<std::vector<at::Tensor>>& lists);
+ReduceSpec forWorker(ReduceSpec spec);  // its factor tensor
+std::vector<ReduceSpec> forWorker(std::vector<ReduceSpec> specs);
 
 // ---- worker thread: staging -----------------------------------------------------
 struct Staged {

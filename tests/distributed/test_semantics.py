@@ -94,6 +94,34 @@ def test_finished_collectives_release_their_device_memory(tmp_path):
     spawn(released_on_completion, 2, tmp_path)
 
 
+def released_at_wait(rank, n):
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    dist.all_reduce(torch.ones(1, device=dev))
+    torch.openreg.synchronize()
+    before = torch.openreg.memory_allocated(dev)
+    if rank == 1:
+        time.sleep(1.0)  # rank 0's all-gather stays pending meanwhile
+    t = torch.full((1 << 20,), float(rank + 1), device=dev)
+    out = torch.empty(n << 20, device=dev)
+    dist.all_gather_into_tensor(out, t)  # sync: wait() queues the stream hold
+    del t, out
+    if rank == 0:
+        # As with NCCL, the backend holds nothing after wait(): the memory is
+        # back in the allocator although the collective has not run yet ...
+        assert torch.openreg.memory_allocated(dev) == before
+        # ... and stream order keeps reuse safe: this fill is queued after the
+        # hold, so the late all-gather cannot overwrite it.
+        reuse = torch.empty(n << 20, device=dev)
+        reuse.fill_(7.0)
+        assert torch.equal(reuse.cpu(), torch.full((n << 20,), 7.0))
+    dist.barrier()
+
+
+def test_wait_releases_the_callers_tensors_before_completion(tmp_path):
+    spawn(released_at_wait, 2, tmp_path)
+
+
 def host_tensor_calls(rank, n):
     # async_op=True on CPU tensors returns before the peer joined, as gloo does.
     if rank == 1:

@@ -58,7 +58,9 @@ def test_fsdp2_uses_less_memory_per_device_than_ddp(tmp_path):
     big = ["--n-embd", "256", "--n-layer", "4", "--steps", "3"]
     ddp = run_job(tmp_path / "ddp", "--strategy", "ddp", *big, nproc=4)
     fsdp2 = run_job(tmp_path / "fsdp2", "--strategy", "fsdp2", *big, nproc=4)
-    assert max(fsdp2["peak_memory_bytes_per_device"]) < 0.8 * min(ddp["peak_memory_bytes_per_device"])
+    # Sharding's gain (37 vs 84 MiB here): oreg_ccl keeps no buffer alive after
+    # wait(), so a backward's all-gather and reduce-scatter buffers do not pile up.
+    assert max(fsdp2["peak_memory_bytes_per_device"]) < 0.6 * min(ddp["peak_memory_bytes_per_device"])
 
 
 @pytest.mark.timeout(600)
