@@ -76,17 +76,15 @@ std::tuple<Tensor, Tensor> sdpa_flash_cpu(const Tensor& query, const Tensor& key
   output = output.transpose(1, 2);
   Tensor logsumexp = allocateOutput({query.size(0), query.size(2), query.size(1)}, {},
                                     query.options().dtype(at::toOpMathType(dtype)));
-  launchOnCurrentStream(
-      output,
-      [o = kernelView(output), l = kernelView(logsumexp), q = kernelView(query),
-       k = kernelView(key), v = kernelView(value), dropout_p, is_causal,
-       mask = toKernelArg(attn_mask), scale]() mutable {
+  launchIntoOutputs(
+      std::array<Tensor, 2>{output, logsumexp},
+      [dropout_p, is_causal, scale](const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const std::optional<Tensor>& mask) {
         auto [out, lse] = at::cpu::_scaled_dot_product_flash_attention_for_cpu(
             q, k, v, dropout_p, is_causal, mask, scale);
-        o.copy_(out.transpose(1, 2));
-        l.copy_(lse.transpose(1, 2));
+        return std::array<Tensor, 2>{out.transpose(1, 2), lse.transpose(1, 2)};
       },
-      {query, key, value, attn_mask.value_or(Tensor())}, {output, logsumexp});
+      query, key, value, attn_mask);
   return {output.transpose(1, 2), logsumexp.transpose(1, 2)};
 }
 
@@ -103,20 +101,16 @@ std::tuple<Tensor, Tensor, Tensor> sdpa_flash_cpu_backward(
     return allocateOutput(like.transpose(1, 2).sizes(), {}, like.options());
   };
   Tensor grad_q = grad(query), grad_k = grad(key), grad_v = grad(value);
-  launchOnCurrentStream(
-      grad_q,
-      [gq = kernelView(grad_q), gk = kernelView(grad_k), gv = kernelView(grad_v),
-       g = kernelView(grad_out), q = kernelView(query), k = kernelView(key), v = kernelView(value),
-       o = kernelView(out), l = kernelView(logsumexp), dropout_p, is_causal,
-       mask = toKernelArg(attn_mask), scale]() mutable {
+  launchIntoOutputs(
+      std::array<Tensor, 3>{grad_q, grad_k, grad_v},
+      [dropout_p, is_causal, scale](const Tensor& g, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& o, const Tensor& l,
+                                    const std::optional<Tensor>& mask) {
         auto [dq, dk, dv] = at::cpu::_scaled_dot_product_flash_attention_for_cpu_backward(
             g, q, k, v, o, l, dropout_p, is_causal, mask, scale);
-        gq.copy_(dq.transpose(1, 2));
-        gk.copy_(dk.transpose(1, 2));
-        gv.copy_(dv.transpose(1, 2));
+        return std::array<Tensor, 3>{dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)};
       },
-      {grad_out, query, key, value, out, logsumexp, attn_mask.value_or(Tensor())},
-      {grad_q, grad_k, grad_v});
+      grad_out, query, key, value, out, logsumexp, attn_mask);
   return {grad_q.transpose(1, 2), grad_k.transpose(1, 2), grad_v.transpose(1, 2)};
 }
 

@@ -26,40 +26,22 @@ c10::Device listDevice(const char* name, at::TensorList tensors, const Tensor& e
   return opDevice(name, extra, tensors);
 }
 
-Tensor& catInto(const std::vector<Tensor>& tensors, int64_t dim, Tensor& out, OutputMode mode) {
-  OpenRegStructured<at::meta::structured_cat> op;
-  op.mode = mode;
-  if (mode == OutputMode::kOut) {
-    op.outputs[0] = out;
-    // cat_out's own overlap checks (made by the CPU kernel, so before launch).
-    at::assert_no_internal_overlap(out);
-    for (const Tensor& t : tensors) at::assert_no_overlap(out, t);
-  }
-  op.meta(at::ITensorListRef(tensors), dim);
-  out = op.outputs[0];
-  std::vector<Tensor> reads(tensors.begin(), tensors.end());
-  launchOnCurrentStream(
-      out,
-      [o = kernelView(out), views = kernelViews(tensors), dim]() mutable {
-        at::cpu::cat_out(o, views, dim);
-      },
-      reads, {out});
-  return out;
+void catKernel(Tensor& out, const at::ITensorListRef& tensors, int64_t dim) {
+  at::cpu::cat_out(out, tensors, dim);
 }
 
 }  // namespace
 
 Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
-  std::vector<Tensor> list(tensors.begin(), tensors.end());
-  c10::DeviceGuard guard(listDevice("cat", list));
-  Tensor out;
-  return catInto(list, dim, out, OutputMode::kFunctional);
+  return structured<at::meta::structured_cat>("cat", catKernel, tensors, dim);
 }
 
 Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, Tensor& out) {
-  std::vector<Tensor> list(tensors.begin(), tensors.end());
-  c10::DeviceGuard guard(listDevice("cat", list, out));
-  return catInto(list, dim, out, OutputMode::kOut);
+  c10::DeviceGuard guard(opDevice("cat", out, tensors));
+  // cat_out's own overlap checks (made by the CPU kernel, so before launch).
+  at::assert_no_internal_overlap(out);
+  for (const Tensor& t : tensors) at::assert_no_overlap(out, t);
+  return structuredOut<at::meta::structured_cat>("cat", catKernel, out, tensors, dim);
 }
 
 // The CPU (CompositeExplicitAutogradNonFunctional) version clones each split

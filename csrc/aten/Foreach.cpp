@@ -11,8 +11,6 @@
 #include <ATen/ops/sqrt_cpu_dispatch.h>
 #include <ATen/ops/sqrt_meta.h>
 
-#include <functional>
-
 #include "ArithmeticOps.h"
 #include "NativeKernels.h"
 #include "Structured.h"
@@ -33,11 +31,9 @@ template <class Meta, class ArgsAt, class Compute>
 std::vector<Tensor> foreachStructured(const char* name, OutputMode mode, size_t n, ArgsAt argsAt,
                                       Compute compute) {
   std::vector<Tensor> outputs(n), reads;
-  std::vector<std::function<void()>> bodies;
-  bodies.reserve(n);
   std::optional<c10::Device> device;
   c10::OptionalDeviceGuard guard;
-  for (size_t i = 0; i < n; ++i) {
+  auto bodyAt = [&](size_t i) {
     auto args = argsAt(i);
     c10::Device d = std::apply([&](const auto&... a) { return opDevice(name, a...); }, args);
     if (!device) {
@@ -46,26 +42,20 @@ std::vector<Tensor> foreachStructured(const char* name, OutputMode mode, size_t 
     }
     TORCH_CHECK(d == *device, "Expected all tensors to be on the same device, but found at least "
                 "two devices, ", *device, " and ", d, "! (when checking argument for ", name, ")");
-    OpenRegStructured<Meta> op;
-    op.mode = mode;
-    if (mode == OutputMode::kInplace) op.outputs[0] = std::get<0>(args);
-    std::apply([&](const auto&... a) { op.meta(a...); }, args);
-    outputs[i] = op.outputs[0];
-    std::apply([&](const auto&... a) { (collectTensor(reads, a), ...); }, args);
-    bodies.emplace_back(
-        [view = kernelView(outputs[i]),
-         kargs = std::apply([](const auto&... a) { return std::make_tuple(toKernelArg(a)...); }, args),
-         compute]() mutable {
-          // k binds temporaries (fromKernelArg of int lists); compute takes lvalues.
-          auto call = [&](auto&&... k) { compute(view, k...); };
-          std::apply([&](auto&... a) { call(fromKernelArg(a)...); }, kargs);
-        });
-  }
+    if (mode == OutputMode::kInplace) outputs[i] = std::get<0>(args);
+    return std::apply(
+        [&](const auto&... a) { return structuredBody<Meta>(mode, compute, outputs[i], reads, a...); },
+        args);
+  };
+  // Every element's body has the same type: one vector, no allocation per element.
+  std::vector<decltype(bodyAt(0))> bodies;
+  bodies.reserve(n);
+  for (size_t i = 0; i < n; ++i) bodies.push_back(bodyAt(i));
   if (n > 0) {
     launchOnCurrentStream(
         outputs[0],
-        [bodies = std::move(bodies)] {
-          for (const auto& body : bodies) body();
+        [bodies = std::move(bodies)]() mutable {
+          for (auto& body : bodies) body();
         },
         reads, outputs);
   }

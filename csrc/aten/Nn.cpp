@@ -27,30 +27,6 @@ using at::Tensor;
 
 namespace {
 
-// Queues `compute` (returning CPU results) and copies the results into the
-// device `outputs` allocated by the caller; undefined outputs are skipped.
-template <size_t N, class Compute, class... Args>
-void launchIntoOutputs(const std::array<Tensor, N>& outputs, Compute compute, const Args&... args) {
-  std::array<Tensor, N> views;
-  std::vector<Tensor> writes;
-  for (size_t i = 0; i < N; ++i) {
-    if (!outputs[i].defined()) continue;
-    views[i] = kernelView(outputs[i]);
-    writes.push_back(outputs[i]);
-  }
-  std::vector<Tensor> reads;
-  (collectTensor(reads, args), ...);
-  launchOnCurrentStream(
-      writes.front(),
-      [views, kargs = std::make_tuple(toKernelArg(args)...), compute]() mutable {
-        std::array<Tensor, N> results =
-            std::apply([&](auto&... a) { return compute(fromKernelArg(a)...); }, kargs);
-        for (size_t i = 0; i < N; ++i)
-          if (views[i].defined() && results[i].defined()) views[i].copy_(results[i]);
-      },
-      reads, writes);
-}
-
 std::array<Tensor, 3> toArray(std::tuple<Tensor, Tensor, Tensor> t) {
   return {std::get<0>(t), std::get<1>(t), std::get<2>(t)};
 }

@@ -75,6 +75,11 @@ inline std::optional<at::Tensor> toKernelArg(at::OptionalTensorRef t) {
   if (!t.has_value()) return std::nullopt;
   return toKernelArg(*t);
 }
+inline std::vector<at::Tensor> toKernelArg(const at::ITensorListRef& ts) {
+  std::vector<at::Tensor> views;
+  for (const at::Tensor& t : ts) views.push_back(toKernelArg(t));
+  return views;
+}
 inline std::vector<int64_t> toKernelArg(at::IntArrayRef v) { return v.vec(); }
 inline std::optional<std::vector<int64_t>> toKernelArg(at::OptionalIntArrayRef v) {
   if (!v.has_value()) return std::nullopt;
@@ -92,6 +97,7 @@ inline at::OptionalIntArrayRef fromKernelArg(const std::optional<std::vector<int
   return at::IntArrayRef(*v);
 }
 inline at::IntArrayRef fromKernelArg(const std::vector<int64_t>& v) { return v; }
+inline at::ITensorListRef fromKernelArg(const std::vector<at::Tensor>& v) { return v; }
 inline c10::string_view fromKernelArg(const std::string& s) { return s; }
 template <class T>
 const T& fromKernelArg(const T& value) {
@@ -102,6 +108,10 @@ template <class T>
 void collectTensor(std::vector<at::Tensor>& out, const T& value) {
   if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
     if (value.defined()) out.push_back(value);
+  } else if constexpr (std::is_same_v<std::decay_t<T>, std::optional<at::Tensor>>) {
+    if (value.has_value() && value->defined()) out.push_back(*value);
+  } else if constexpr (std::is_same_v<std::decay_t<T>, at::ITensorListRef>) {
+    for (const at::Tensor& t : value) out.push_back(t);
   }
 }
 
@@ -126,7 +136,7 @@ c10::Device opDevice(const char* name, const Args&... args) {
       check(a);
     } else if constexpr (std::is_same_v<A, std::optional<at::Tensor>>) {
       if (a) check(*a);
-    } else if constexpr (std::is_same_v<A, at::TensorList>) {
+    } else if constexpr (std::is_same_v<A, at::TensorList> || std::is_same_v<A, at::ITensorListRef>) {
       for (const at::Tensor& t : a) check(t);
     }
   };
@@ -164,6 +174,27 @@ at::Tensor structured(const char* name, Compute compute, const Args&... args) {
       args...)[0];
 }
 
+// The host half of a structured op writing `out` (fresh when functional, else
+// in place or out=): the meta function's checks and output, the tensors it
+// reads (appended to `reads`), and the kernel body running `compute` over
+// kernel views. structuredInto launches one; foreach ops launch a list of them
+// as one kernel.
+template <class Meta, class Compute, class... Args>
+auto structuredBody(OutputMode mode, Compute compute, at::Tensor& out,
+                    std::vector<at::Tensor>& reads, const Args&... args) {
+  OpenRegStructured<Meta, 1> op;
+  op.mode = mode;
+  op.outputs[0] = out;
+  op.meta(args...);
+  out = op.outputs[0];
+  (collectTensor(reads, args), ...);
+  return [view = kernelView(out), kargs = std::make_tuple(toKernelArg(args)...), compute]() mutable {
+    // k binds temporaries (fromKernelArg of int lists); compute takes lvalues.
+    auto call = [&](auto&&... k) { compute(view, k...); };
+    std::apply([&](auto&... a) { call(fromKernelArg(a)...); }, kargs);
+  };
+}
+
 // Writes into an existing tensor: in place (`out` must already have the
 // broadcast shape) or out= (`out` is resized as needed).
 template <class Meta, class Compute, class... Args>
@@ -171,18 +202,9 @@ at::Tensor& structuredInto(const char* name, OutputMode mode, Compute compute, a
                            const Args&... args) {
   c10::Device device = opDevice(name, out, args...);
   c10::DeviceGuard guard(device);
-  OpenRegStructured<Meta, 1> op;
-  op.mode = mode;
-  op.outputs[0] = out;
-  op.meta(args...);
   std::vector<at::Tensor> reads;
-  (collectTensor(reads, args), ...);
-  launchOnCurrentStream(
-      out,
-      [view = kernelView(out), kargs = std::make_tuple(toKernelArg(args)...), compute]() mutable {
-        std::apply([&](auto&... a) { compute(view, fromKernelArg(a)...); }, kargs);
-      },
-      reads, {out});
+  auto body = structuredBody<Meta>(mode, compute, out, reads, args...);
+  launchOnCurrentStream(out, std::move(body), reads, {out});
   return out;
 }
 
@@ -195,6 +217,32 @@ at::Tensor& structuredInplace(const char* name, Compute compute, at::Tensor& sel
 template <class Meta, class Compute, class... Args>
 at::Tensor& structuredOut(const char* name, Compute compute, at::Tensor& out, const Args&... args) {
   return structuredInto<Meta>(name, OutputMode::kOut, compute, out, args...);
+}
+
+// For ops whose CPU implementation only comes functional: queues `compute`
+// (returning CPU results) and copies the results into the device `outputs`
+// allocated by the caller; undefined outputs are skipped.
+template <size_t N, class Compute, class... Args>
+void launchIntoOutputs(const std::array<at::Tensor, N>& outputs, Compute compute,
+                       const Args&... args) {
+  std::array<at::Tensor, N> views;
+  std::vector<at::Tensor> writes;
+  for (size_t i = 0; i < N; ++i) {
+    if (!outputs[i].defined()) continue;
+    views[i] = kernelView(outputs[i]);
+    writes.push_back(outputs[i]);
+  }
+  std::vector<at::Tensor> reads;
+  (collectTensor(reads, args), ...);
+  launchOnCurrentStream(
+      writes.front(),
+      [views, kargs = std::make_tuple(toKernelArg(args)...), compute]() mutable {
+        std::array<at::Tensor, N> results =
+            std::apply([&](auto&... a) { return compute(fromKernelArg(a)...); }, kargs);
+        for (size_t i = 0; i < N; ++i)
+          if (views[i].defined() && results[i].defined()) views[i].copy_(results[i]);
+      },
+      reads, writes);
 }
 
 }  // namespace openreg
