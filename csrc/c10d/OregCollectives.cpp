@@ -1,7 +1,8 @@
 // The collectives of OregBackend: validate on the caller's thread, then
 // enqueue a body that stages tensors (Staging.h) and runs an algorithm.
-// Bodies capture tensors by value: the references keep the memory alive
-// until the worker is done with it.
+// Bodies capture forWorker() aliases (Staging.h): CPU tensors themselves, which
+// keeps them alive until the worker is done; for openreg tensors, non-owning
+// views at the issue-time address (the Work keeps the caller's tensors).
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sparse_coo_tensor.h>

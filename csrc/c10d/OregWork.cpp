@@ -35,14 +35,14 @@ int OregWork::sourceRank() const {
 std::vector<at::Tensor> OregWork::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> OregWork::getFuture() {
-  futureRequested_.store(true);
-  if (auto ref = workerRef_.lock()) ref->upgrade(c10::intrusive_ptr<OregWork>::reclaim_copy(this));
+  if (auto ref = workerRef_.lock()) ref->pin(c10::intrusive_ptr<OregWork>::reclaim_copy(this));
   return future_;
 }
 
 void OregWork::release_resources() {
   outputs_.clear();
   stashes_.clear();
+  future_.reset();  // a caller holding the future keeps its own reference
 }
 
 std::shared_ptr<OregWork::WorkerRef> OregWork::attachWorker(bool releasable) {
@@ -53,7 +53,6 @@ std::shared_ptr<OregWork::WorkerRef> OregWork::attachWorker(bool releasable) {
 }
 
 void OregWork::releaseFromWorker() {
-  if (futureRequested_.load()) return;
   if (auto ref = workerRef_.lock()) ref->downgrade();
 }
 
@@ -74,11 +73,12 @@ c10::intrusive_ptr<OregWork> OregWork::WorkerRef::complete(std::exception_ptr er
 void OregWork::WorkerRef::downgrade() {
   c10::intrusive_ptr<OregWork> dropped;  // never the last reference: the caller holds one
   std::lock_guard<std::mutex> g(mutex_);
-  dropped.swap(strong_);
+  if (!pinned_) dropped.swap(strong_);
 }
 
-void OregWork::WorkerRef::upgrade(c10::intrusive_ptr<OregWork> work) {
+void OregWork::WorkerRef::pin(c10::intrusive_ptr<OregWork> work) {
   std::lock_guard<std::mutex> g(mutex_);
+  pinned_ = true;
   if (!strong_) strong_ = std::move(work);
 }
 
@@ -165,14 +165,18 @@ bool OregWork::waitHost(std::chrono::milliseconds timeout) {
 }
 
 void OregWork::blockStream() {
+  bool done;
   {
     std::lock_guard<std::mutex> g(mutex_);
-    if (completed_) {
-      if (exception_) std::rethrow_exception(exception_);
-      unstash();
-      releaseFromWorker();
-      return;  // nothing to wait for: the data is already in place
-    }
+    done = completed_;
+    if (done && exception_) std::rethrow_exception(exception_);
+  }
+  if (done) {
+    // Outside mutex_: dropping a tensor may take the GIL, and a thread holding
+    // the GIL may be waiting for mutex_ (is_completed()).
+    unstash();
+    releaseFromWorker();
+    return;  // nothing to wait for: the data is already in place
   }
   // The stream waits for the operation; a failure surfaces as the stream's
   // asynchronous error (like a failed NCCL kernel), and wait() on a work that

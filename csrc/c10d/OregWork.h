@@ -85,7 +85,6 @@ class OregWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<std::shared_ptr<Stash>> stashes_;  // its own, or a coalesced group's parts'
   std::weak_ptr<WorkerRef> workerRef_;  // set when releasable
-  std::atomic<bool> futureRequested_{false};
   const int device_;
   const bool blockHost_;
   std::atomic<int> sourceRank_{-1};
@@ -94,10 +93,10 @@ class OregWork : public c10d::Work {
 };
 
 // The worker's reference to a work: strong until the caller's wait() has
-// queued its stream hold, weak from then on, so that the backend keeps no
-// output alive after wait() (NCCL keeps none either; FSDP2 drops its
-// all-gather outputs right after). A work whose future was requested stays
-// strong: DDP's reducer keeps the future, not the work.
+// queued its stream hold, weak from then on, so that the worker keeps no
+// output alive after wait() (NCCL's watchdog keeps none either; FSDP2 drops
+// its all-gather outputs right after). A work whose future was requested
+// stays strong: DDP's reducer keeps the future, not the work.
 class OregWork::WorkerRef {
  public:
   WorkerRef(c10::intrusive_ptr<OregWork> work, std::shared_ptr<Completion> completion)
@@ -107,14 +106,15 @@ class OregWork::WorkerRef {
   // may be the last one), so the operation keeps it until it is released.
   c10::intrusive_ptr<OregWork> complete(std::exception_ptr error);
   c10::intrusive_ptr<OregWork> lock();
-  void downgrade();
-  void upgrade(c10::intrusive_ptr<OregWork> work);
+  void downgrade();  // after wait(); a no-op once pinned
+  void pin(c10::intrusive_ptr<OregWork> work);  // getFuture(): strong for good
 
  private:
   std::shared_ptr<Completion> completion_;
   std::mutex mutex_;
   c10::weak_intrusive_ptr<OregWork> weak_;
   c10::intrusive_ptr<OregWork> strong_;  // GUARDED_BY(mutex_)
+  bool pinned_ = false;                  // GUARDED_BY(mutex_)
 };
 
 }  // namespace openreg::ccl

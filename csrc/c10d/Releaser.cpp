@@ -1,11 +1,10 @@
 #include "Releaser.h"
 
 #include <Python.h>
-#include <unistd.h>
+#include <pthread.h>
 
 #include <condition_variable>
 #include <mutex>
-#include <new>
 #include <thread>
 #include <vector>
 
@@ -17,14 +16,24 @@ struct State {
   std::condition_variable cv;
   std::vector<std::unique_ptr<Garbage>> queue;  // GUARDED_BY mutex
   bool stopping = false;                        // GUARDED_BY mutex
-  pid_t owner = 0;  // the process whose thread runs; a forked child starts its own
   std::thread thread;
 };
 
 // Never destroyed: workers may queue garbage while static destructors run.
+State* g_state = nullptr;
+
+// A forked child inherits the parent's state as it was (the mutex possibly
+// locked, the thread absent): start afresh, leaking the copy.
+void afterForkInChild() { g_state = new State(); }
+
 State& state() {
-  static auto* s = new State();
-  return *s;
+  static bool once = [] {
+    g_state = new State();
+    pthread_atfork(nullptr, nullptr, afterForkInChild);
+    return true;
+  }();
+  (void)once;
+  return *g_state;
 }
 
 void run(State& s) {
@@ -58,13 +67,7 @@ void releaseLater(std::unique_ptr<Garbage> garbage) {
       (void)garbage.release();  // exiting: leak rather than take the GIL here
       return;
     }
-    if (s.owner != getpid()) {
-      // The parent's thread does not exist in a forked child: forget it
-      // (neither join nor detach can be called on it) and start one.
-      new (&s.thread) std::thread();
-      s.owner = getpid();
-      s.thread = std::thread([&s] { run(s); });
-    }
+    if (!s.thread.joinable()) s.thread = std::thread([&s] { run(s); });
     wake = s.queue.empty();  // otherwise a wake-up is already on its way
     s.queue.push_back(std::move(garbage));
   }
@@ -79,7 +82,7 @@ void stopReleaser() {
     s.stopping = true;
   }
   s.cv.notify_one();
-  if (s.owner == getpid() && s.thread.joinable()) s.thread.join();
+  if (s.thread.joinable()) s.thread.join();
 }
 
 }  // namespace openreg::ccl

@@ -4,14 +4,14 @@
 // Python object; dropping it decrements that object, which takes the GIL. The
 // worker must never wait for the GIL (a caller may hold it while it waits for
 // the worker), so finished operations go to one process-wide thread that may
-// wait for the GIL safely, because nothing waits for it. This is the part NCCL's
-// watchdog plays for completed work: device memory goes back to the caching
-// allocator as soon as a collective finishes, not at the group's next call
-// (FSDP2 would otherwise hold a whole backward's all-gather and reduce-scatter
-// buffers until its next forward).
+// wait for the GIL safely, because nothing waits for it. Their memory goes
+// back to the caching allocator as soon as they finish, not at the group's
+// next call. (NCCL's watchdog avoids the question by never owning outputs;
+// here the worker owns the work of an operation nobody waited on yet.)
 #pragma once
 
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 namespace openreg::ccl {
@@ -31,7 +31,7 @@ void releaseLater(std::unique_ptr<Garbage> garbage);
 
 template <class T>
 void releaseLater(T&& value) {
-  releaseLater(std::unique_ptr<Garbage>(new Boxed<T>(std::forward<T>(value))));
+  releaseLater(std::unique_ptr<Garbage>(new Boxed<std::decay_t<T>>(std::forward<T>(value))));
 }
 
 // Destroys what is queued, then stops the thread; later garbage is leaked

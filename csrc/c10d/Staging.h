@@ -44,11 +44,12 @@ c10::ScalarType stageDtype(c10::ScalarType dtype);
 
 // ---- caller thread: what an operation's body holds ---------------------------------
 // An openreg tensor becomes a CPU tensor over its device memory at the address
-// it has when the operation is issued, owning nothing. So the caller may free or
-// resize the storage right after issuing (FSDP1 frees unsharded parameters that
-// way): as with NCCL, the memory stays valid in the stream-ordered caching
-// allocator, and the operation does not keep it allocated once wait() has
-// queued its stream hold (the Work stashes the caller's tensors until then).
+// it has when the operation is issued, owning nothing: the worker uses that
+// address even if the caller resizes the storage after issuing (FSDP1 frees
+// unsharded parameters that way; as with NCCL, the stream-ordered caching
+// allocator only hands the memory to work queued behind the operation's
+// stream hold). The Work stashes the caller's tensors until wait() has queued
+// that hold, so the operation pins no device memory after it.
 // CPU tensors are returned as they are: nothing orders the host allocator, so
 // an operation keeps them until it has finished.
 at::Tensor forWorker(const at::Tensor& t);

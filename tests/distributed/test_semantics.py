@@ -116,6 +116,16 @@ def released_at_wait(rank, n):
         reuse.fill_(7.0)
         assert torch.equal(reuse.cpu(), torch.full((n << 20,), 7.0))
     dist.barrier()
+    # A future requested after wait() still completes once the work is gone:
+    # the worker's reference turns strong again.
+    t = torch.ones(8, device=dev)
+    if rank == 1:
+        time.sleep(0.3)
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    fut = work.get_future()
+    del work
+    assert torch.equal(fut.wait()[0].cpu(), torch.full((8,), float(n)))
 
 
 def test_wait_releases_the_callers_tensors_before_completion(tmp_path):
