@@ -20,12 +20,6 @@ using at::Tensor;
 
 namespace {
 
-// CUDA's device rule for list arguments: every tensor on the device of the
-// first openreg one (the list may start with a CPU tensor).
-c10::Device listDevice(const char* name, at::TensorList tensors, const Tensor& extra = {}) {
-  return opDevice(name, extra, tensors);
-}
-
 void catKernel(Tensor& out, const at::ITensorListRef& tensors, int64_t dim) {
   at::cpu::cat_out(out, tensors, dim);
 }
@@ -37,7 +31,6 @@ Tensor cat(const at::ITensorListRef& tensors, int64_t dim) {
 }
 
 Tensor& cat_out(const at::ITensorListRef& tensors, int64_t dim, Tensor& out) {
-  c10::DeviceGuard guard(opDevice("cat", out, tensors));
   // cat_out's own overlap checks (made by the CPU kernel, so before launch).
   at::assert_no_internal_overlap(out);
   for (const Tensor& t : tensors) at::assert_no_overlap(out, t);
@@ -66,7 +59,7 @@ std::vector<Tensor> split_with_sizes_copy(const Tensor& self, c10::SymIntArrayRe
 // copies in one kernel.
 void split_with_sizes_copy_out(const Tensor& self, c10::SymIntArrayRef split_sizes, int64_t dim,
                                at::TensorList out) {
-  c10::DeviceGuard guard(listDevice("split_with_sizes_copy", out, self));
+  c10::DeviceGuard guard(opDevice("split_with_sizes_copy", self, out));
   std::vector<Tensor> tmp = at::split_with_sizes_symint(self, split_sizes, dim);
   TORCH_CHECK(out.size() == tmp.size(), "split_with_sizes_copy_out() expected an out= argument of size ",
               tmp.size(), ", got size ", out.size());
@@ -112,14 +105,14 @@ std::vector<int64_t> chunkCatShape(at::TensorList tensors, int64_t dim, int64_t 
 // The CPU runs the composite _chunk_cat (pad, reshape, cat); here the whole
 // composite runs inside one kernel over kernel views.
 Tensor _chunk_cat(at::TensorList tensors, int64_t dim, int64_t num_chunks) {
-  c10::DeviceGuard guard(listDevice("_chunk_cat", tensors));
+  c10::DeviceGuard guard(opDevice("_chunk_cat", tensors));
   int64_t wrapped = at::native::preprocess_chunk_cat_inputs(tensors, dim, num_chunks);
   Tensor out = allocateOutput(chunkCatShape(tensors, wrapped, num_chunks), {}, tensors[0].options());
   return _chunk_cat_out(tensors, dim, num_chunks, out);
 }
 
 Tensor& _chunk_cat_out(at::TensorList tensors, int64_t dim, int64_t num_chunks, Tensor& out) {
-  c10::DeviceGuard guard(listDevice("_chunk_cat", tensors, out));
+  c10::DeviceGuard guard(opDevice("_chunk_cat", out, tensors));
   int64_t wrapped = at::native::preprocess_chunk_cat_inputs(tensors, dim, num_chunks);
   // cat_out's checks on its output, which the composite ends in.
   TORCH_CHECK(out.scalar_type() == tensors[0].scalar_type() || at::canCast(tensors[0].scalar_type(), out.scalar_type()),

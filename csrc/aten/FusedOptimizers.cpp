@@ -35,9 +35,9 @@ void fused_adamw_(TensorList params, TensorList grads, TensorList exp_avgs,
     }
   }
   std::vector<Tensor> reads;
-  for (TensorList list : {grads, state_steps}) reads.insert(reads.end(), list.begin(), list.end());
-  for (const auto& t : {grad_scale, found_inf})
-    if (t && t->defined()) reads.push_back(*t);
+  for (const auto& arg : {grads, state_steps}) collectTensor(reads, arg);
+  collectTensor(reads, grad_scale);
+  collectTensor(reads, found_inf);
   std::vector<Tensor> writes(params.begin(), params.end());
   writes.insert(writes.end(), exp_avgs.begin(), exp_avgs.end());
   writes.insert(writes.end(), exp_avg_sqs.begin(), exp_avg_sqs.end());

@@ -47,4 +47,8 @@ inline bool isOpenReg(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
+// What a kernel holds for a tensor argument: a kernel view of an openreg
+// tensor (at its current address, owning nothing); any other tensor as is.
+inline at::Tensor kernelArg(const at::Tensor& t) { return isOpenReg(t) ? kernelView(t) : t; }
+
 }  // namespace openreg

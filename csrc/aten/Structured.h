@@ -66,7 +66,7 @@ struct OpenRegStructured final : public Meta {
 
 // Argument conversion for the kernel body: tensors become kernel views,
 // everything else is captured by value.
-inline at::Tensor toKernelArg(const at::Tensor& t) { return t.defined() && isOpenReg(t) ? kernelView(t) : t; }
+inline at::Tensor toKernelArg(const at::Tensor& t) { return kernelArg(t); }
 inline std::optional<at::Tensor> toKernelArg(const std::optional<at::Tensor>& t) {
   if (!t.has_value()) return std::nullopt;
   return toKernelArg(*t);
@@ -104,15 +104,24 @@ const T& fromKernelArg(const T& value) {
   return value;
 }
 
+// Calls f(tensor) for every defined tensor an op argument holds (a tensor, an
+// optional tensor or a tensor list); other arguments hold none.
+template <class T, class F>
+void forEachTensor(const T& value, F&& f) {
+  using A = std::decay_t<T>;
+  if constexpr (std::is_same_v<A, at::Tensor>) {
+    if (value.defined()) f(value);
+  } else if constexpr (std::is_same_v<A, std::optional<at::Tensor>>) {
+    if (value.has_value() && value->defined()) f(*value);
+  } else if constexpr (std::is_same_v<A, at::TensorList> || std::is_same_v<A, at::ITensorListRef>) {
+    for (const at::Tensor& t : value)
+      if (t.defined()) f(t);
+  }
+}
+
 template <class T>
 void collectTensor(std::vector<at::Tensor>& out, const T& value) {
-  if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
-    if (value.defined()) out.push_back(value);
-  } else if constexpr (std::is_same_v<std::decay_t<T>, std::optional<at::Tensor>>) {
-    if (value.has_value() && value->defined()) out.push_back(*value);
-  } else if constexpr (std::is_same_v<std::decay_t<T>, at::ITensorListRef>) {
-    for (const at::Tensor& t : value) out.push_back(t);
-  }
+  forEachTensor(value, [&](const at::Tensor& t) { out.push_back(t); });
 }
 
 // The device an op runs on: the first openreg tensor's (tensor, optional
@@ -122,7 +131,6 @@ template <class... Args>
 c10::Device opDevice(const char* name, const Args&... args) {
   std::optional<c10::Device> device;
   auto check = [&](const at::Tensor& a) {
-    if (!a.defined()) return;
     if (!device && isOpenReg(a)) device = a.device();
     if (device && a.device() != *device && !(a.is_cpu() && a.dim() == 0)) {
       TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least "
@@ -130,19 +138,9 @@ c10::Device opDevice(const char* name, const Args&... args) {
                   "for ", name, ")");
     }
   };
-  auto visit = [&](const auto& a) {
-    using A = std::decay_t<decltype(a)>;
-    if constexpr (std::is_same_v<A, at::Tensor>) {
-      check(a);
-    } else if constexpr (std::is_same_v<A, std::optional<at::Tensor>>) {
-      if (a) check(*a);
-    } else if constexpr (std::is_same_v<A, at::TensorList> || std::is_same_v<A, at::ITensorListRef>) {
-      for (const at::Tensor& t : a) check(t);
-    }
-  };
-  (visit(args), ...);
+  (forEachTensor(args, check), ...);
   TORCH_INTERNAL_ASSERT(device.has_value(), name, ": no openreg tensor argument");
-  (visit(args), ...);  // second pass catches a CPU tensor listed before the first device one
+  (forEachTensor(args, check), ...);  // second pass catches a CPU tensor listed before the first device one
   return *device;
 }
 

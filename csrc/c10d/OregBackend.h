@@ -167,6 +167,8 @@ class OregBackend final : public c10d::Backend {
   using Body = std::function<void(Collective&)>;
   // A p2p body posts its request and returns it; its completion finishes the work.
   using Post = std::function<RequestPtr(Collective&, const c10::intrusive_ptr<OregWork>&)>;
+  // A finished Op is destroyed on the releaser thread (Releaser.h), never on
+  // the worker: dropping a tensor may take the GIL.
   struct Op {
     std::shared_ptr<OregWork::WorkerRef> work;
     c10::intrusive_ptr<OregWork> kept;  // the reference that completed it (WorkerRef::complete)
@@ -199,8 +201,6 @@ class OregBackend final : public c10d::Backend {
   bool runInline(Op& op);
   void sweepInFlight();
   void failAll(std::exception_ptr error);
-  // Finished operations are destroyed on the releaser thread (Releaser.h),
-  // never on the worker: dropping a tensor may take the GIL.
   c10::intrusive_ptr<c10d::Work> recvImpl(std::vector<at::Tensor>& tensors, int srcRank, int tag,
                                           std::chrono::milliseconds timeout);
   c10::intrusive_ptr<c10d::Work> reduceScatterImpl(std::vector<at::Tensor> outputs,

@@ -3,6 +3,7 @@
 #include <Python.h>
 #include <pthread.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -36,10 +37,15 @@ State& state() {
   return *g_state;
 }
 
+// How long the releaser lets garbage gather after the first piece arrives:
+// one wake-up and one GIL hand-over per window, not per operation.
+constexpr auto kBatchWindow = std::chrono::milliseconds(5);
+
 void run(State& s) {
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
     s.cv.wait(lock, [&] { return !s.queue.empty() || s.stopping; });
+    s.cv.wait_for(lock, kBatchWindow, [&] { return s.stopping; });
     if (s.queue.empty()) return;
     auto batch = std::move(s.queue);
     s.queue.clear();

@@ -97,7 +97,7 @@ ReduceSpec reduceSpec(const c10d::ReduceOp& op, c10::ScalarType dtype, const cha
   return s;
 }
 
-at::Tensor forWorker(const at::Tensor& t) { return isOpenReg(t) ? kernelView(t) : t; }
+at::Tensor forWorker(const at::Tensor& t) { return kernelArg(t); }
 
 std::vector<at::Tensor> forWorker(const std::vector<at::Tensor>& ts) {
   std::vector<at::Tensor> out;
@@ -124,7 +124,9 @@ std::vector<ReduceSpec> forWorker(std::vector<ReduceSpec> specs) {
 }
 
 at::Tensor hostView(const at::Tensor& t) {
-  if (isOpenReg(t)) return kernelView(t);
+  // Bodies hold forWorker() aliases: an openreg tensor here would be read at
+  // its current address, not the one it had when the operation was issued.
+  TORCH_INTERNAL_ASSERT(!isOpenReg(t), "oreg_ccl: an operation body holds an openreg tensor");
   // A fresh TensorImpl over the same storage rather than `t` itself: the
   // worker may drop the last reference to it, and dropping a tensor that
   // has a Python object would need the GIL.

@@ -67,12 +67,17 @@ def test_stream_ordering_async_and_futures(tmp_path):
     spawn(stream_order, 2, tmp_path)
 
 
-def released_on_completion(rank, n):
+def device_and_baseline(rank):
+    """This rank's device and its allocated bytes once the group's own buffers exist."""
     dev = torch.device("openreg", rank)
     torch.openreg.set_device(dev)
-    dist.all_reduce(torch.ones(1, device=dev))  # the group's own buffers exist now
+    dist.all_reduce(torch.ones(1, device=dev))
     torch.openreg.synchronize()
-    before = torch.openreg.memory_allocated(dev)
+    return dev, torch.openreg.memory_allocated(dev)
+
+
+def released_on_completion(rank, n):
+    dev, before = device_and_baseline(rank)
     # FSDP2's pattern: collectives on buffers that Python drops at once, and no
     # further call on the group. Their memory goes back to the allocator once
     # the collectives finish, not at the group's next call.
@@ -95,11 +100,7 @@ def test_finished_collectives_release_their_device_memory(tmp_path):
 
 
 def released_at_wait(rank, n):
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
-    dist.all_reduce(torch.ones(1, device=dev))
-    torch.openreg.synchronize()
-    before = torch.openreg.memory_allocated(dev)
+    dev, before = device_and_baseline(rank)
     if rank == 1:
         time.sleep(1.0)  # rank 0's all-gather stays pending meanwhile
     t = torch.full((1 << 20,), float(rank + 1), device=dev)
