@@ -152,6 +152,7 @@ void broadcast(Collective& c, void* buf, size_t bytes, int root) {
 }
 
 void allgather(Collective& c, const void* in, void* out, size_t bytes) {
+  if (c.topology && c.topology->uniform()) return allgatherHierarchical(c, in, out, bytes);
   const int n = c.size(), r = c.rank();
   char* o = static_cast<char*>(out);
   if (o + r * bytes != in) std::memcpy(o + r * bytes, in, bytes);
@@ -166,6 +167,8 @@ void allgather(Collective& c, const void* in, void* out, size_t bytes) {
 
 void reduceScatter(Collective& c, const void* in, void* out, size_t count, c10::ScalarType dtype,
                    ReduceKind op) {
+  if (c.topology && c.topology->uniform())
+    return reduceScatterHierarchical(c, in, out, count, dtype, op);
   const int n = c.size(), r = c.rank();
   const size_t bytes = count * c10::elementSize(dtype);
   const char* i = static_cast<const char*>(in);

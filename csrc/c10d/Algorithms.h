@@ -32,8 +32,18 @@
 //      network stream, 2 (H-1)/H of its part each), all-gather within the host.
 //  broadcast: the root sends once to each other host's first rank, then each
 //      host broadcasts over shared memory.
+//  allgather, same rank count on every host: exchange blocks within the
+//      column (the ranks with this local index, one per host) over the
+//      network, then hand the column's blocks to every local peer. Each rank
+//      sends (H-1) blocks over the network instead of (H-1) L.
+//  reduce_scatter, same rank count on every host: within the host, local
+//      rank i sums, for every host, the part of that host's rank i; then the
+//      column exchanges those host sums over the network ((H-1) parts out of
+//      each rank instead of (H-1) L).
 //  The other collectives use the direct algorithms above on the routed
 //  transport (each message takes shared memory or the network by destination).
+//  alltoall gains nothing from a hierarchy in bytes: every block that crosses
+//  hosts crosses once either way.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -93,6 +103,9 @@ void allreduceRing(Collective& c, void* buf, size_t count, c10::ScalarType dtype
 void allreduceHierarchical(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
                            ReduceKind op);
 void broadcastHierarchical(Collective& c, void* buf, size_t bytes, int root);
+void allgatherHierarchical(Collective& c, const void* in, void* out, size_t bytes);
+void reduceScatterHierarchical(Collective& c, const void* in, void* out, size_t count,
+                               c10::ScalarType dtype, ReduceKind op);
 void broadcast(Collective& c, void* buf, size_t bytes, int root);
 // out holds n blocks of `bytes`; block r may already hold (alias) `in`.
 void allgather(Collective& c, const void* in, void* out, size_t bytes);

@@ -1,5 +1,6 @@
 // Collectives of a group that spans hosts: shared memory within a host, the
 // network between hosts (the steps are described in Algorithms.h).
+#include <cstring>
 #include <vector>
 
 #include "Algorithms.h"
@@ -50,6 +51,66 @@ void broadcastHierarchical(Collective& c, void* buf, size_t bytes, int root) {
       if (int(h) != rootHost) sends.push_back(c.send(t.hosts[h][0], buf, bytes));
   broadcast(lc, buf, bytes, t.localIndex(root));
   c.waitAll(sends);
+}
+
+void allgatherHierarchical(Collective& c, const void* in, void* out, size_t bytes) {
+  const Topology& t = *c.topology;
+  const int r = c.rank();
+  char* o = static_cast<char*>(out);
+  if (o + r * bytes != in) std::memcpy(o + r * bytes, in, bytes);
+  // Across hosts, only within this rank's column: one block per remote host.
+  const std::vector<int> column = t.column(t.localIndex());
+  std::vector<RequestPtr> reqs;
+  for (int q : column) {
+    if (q == r) continue;
+    reqs.push_back(c.send(q, in, bytes));
+    reqs.push_back(c.recvInto(q, o + q * bytes, bytes));
+  }
+  c.waitAll(reqs);
+  reqs.clear();
+  // Within the host: hand this column's blocks to every local peer, take theirs.
+  for (int p : t.localRanks()) {
+    if (p == r) continue;
+    for (int q : column) reqs.push_back(c.send(p, o + q * bytes, bytes));
+    for (int q : t.column(t.localIndex(p))) reqs.push_back(c.recvInto(p, o + q * bytes, bytes));
+  }
+  c.waitAll(reqs);
+}
+
+void reduceScatterHierarchical(Collective& c, const void* in, void* out, size_t count,
+                               c10::ScalarType dtype, ReduceKind op) {
+  const Topology& t = *c.topology;
+  const int r = c.rank();
+  const size_t bytes = count * c10::elementSize(dtype);
+  const char* i = static_cast<const char*>(in);
+  // Within the host: local peer p sums, per host, the part of p's column.
+  std::vector<RequestPtr> sends;
+  for (int p : t.localRanks()) {
+    if (p == r) continue;
+    for (int q : t.column(t.localIndex(p))) sends.push_back(c.send(p, i + q * bytes, bytes));
+  }
+  const std::vector<int> column = t.column(t.localIndex());
+  std::vector<char> partial(column.size() * bytes);
+  for (size_t k = 0; k < column.size(); ++k)
+    std::memcpy(partial.data() + k * bytes, i + column[k] * bytes, bytes);
+  for (int p : t.localRanks()) {
+    if (p == r) continue;
+    // Each peer's parts land in distinct slots; peers take turns (fixed order).
+    std::vector<RequestPtr> recvs;
+    for (size_t k = 0; k < column.size(); ++k)
+      recvs.push_back(c.recvReduce(p, partial.data() + k * bytes, count, dtype, op));
+    c.waitAll(recvs);
+  }
+  // Across hosts: column peer q gets this host's sum of its part.
+  size_t own = 0;
+  for (size_t k = 0; k < column.size(); ++k) {
+    if (column[k] == r) own = k;
+    else sends.push_back(c.send(column[k], partial.data() + k * bytes, bytes));
+  }
+  std::memcpy(out, partial.data() + own * bytes, bytes);
+  for (int q : column)
+    if (q != r) c.wait(c.recvReduce(q, out, count, dtype, op));
+  c.waitAll(sends);  // `partial` and `in` are read until then
 }
 
 }  // namespace openreg::ccl

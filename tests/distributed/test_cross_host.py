@@ -26,10 +26,11 @@ from test_p2p import p2p
     "hosts,chunk",
     [
         ((0, 0, 1, 1), None),  # 2 hosts x 2 ranks: hierarchical algorithms
+        ((0, 1, 1, 0, 0, 1), None),  # 2 hosts x 3, interleaved: columns are not rank ranges
         ((0, 1, 2), 4096),     # 3 hosts x 1 rank, tiny chunks: many chunks per message
         ((0, 0, 1), None),     # uneven hosts: leader-based allreduce
     ],
-    ids=["2x2", "3x1-chunked", "2+1"],
+    ids=["2x2", "2x3-interleaved", "3x1-chunked", "2+1"],
 )
 def test_every_collective_across_hosts(tmp_path, hosts, chunk):
     env = {"OREG_CCL_ZMQ_CHUNK_BYTES": str(chunk)} if chunk else {}
