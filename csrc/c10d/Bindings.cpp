@@ -50,6 +50,7 @@ void initBindings(py::module_& m) {
         d["group_id"] = i.groupId;
         d["rejected"] = i.rejected;
         d["single_copy"] = i.singleCopy;
+        d["shared_chunks_written"] = i.sharedChunksWritten;
         return d;
       });
   m.def("_ccl_busy_seconds", &collectiveBusySeconds);

@@ -577,9 +577,13 @@ OregBackend::NetworkInfo OregBackend::networkInfo() const {
     info.endpoint = routed->zmq().endpoint(getRank());
     info.groupId = routed->zmq().groupId();
     info.rejected = routed->zmq().rejected();
-    info.singleCopy = routed->shm() && routed->shm()->singleCopy();
+    if (routed->shm()) {
+      info.singleCopy = routed->shm()->singleCopy();
+      info.sharedChunksWritten = routed->shm()->sharedChunksWritten();
+    }
   } else if (auto* shm = dynamic_cast<ShmTransport*>(transport_.get())) {
     info.singleCopy = shm->singleCopy();
+    info.sharedChunksWritten = shm->sharedChunksWritten();
   }
   return info;
 }

@@ -147,6 +147,7 @@ class OregBackend final : public c10d::Backend {
     uint64_t groupId = 0;      // the identity its messages carry (Wire.h)
     uint64_t rejected = 0;     // messages dropped as not belonging to the group
     bool singleCopy = false;   // same-host messages read straight from the sender (ShmTransport.h)
+    uint64_t sharedChunksWritten = 0;  // of peers' shared copies, by this rank (ShmTransport.h)
   };
   NetworkInfo networkInfo() const;
 

@@ -286,6 +286,19 @@ def large_messages(rank, n, single_copy):
         t = (big if rank == 0 else torch.zeros_like(big)).to(device, copy=True)
         dist.broadcast(t, src=0)
         check(t, big, "broadcast")
+        if single_copy:
+            # The root, idle while its peers read, writes part of each copy
+            # itself (a shared copy); let it show once.
+            for _ in range(100):
+                shown = torch.tensor([int(rank == 0 and info_of()["shared_chunks_written"] > 0)])
+                dist.all_reduce(shown, op=ReduceOp.MAX)
+                if shown.item():
+                    break
+                dist.broadcast(t, src=0)
+            else:
+                raise AssertionError("the broadcast root never took part in a shared copy")
+            dist.broadcast(t, src=0)
+            check(t, big, "broadcast, shared copy")
         flat = torch.empty(n * 1_500_000, device=device)
         dist.all_gather_into_tensor(flat, big[rank:rank + 1_500_000].to(device, copy=True))
         check(flat, torch.cat([big[r:r + 1_500_000] for r in range(n)]), "all_gather")

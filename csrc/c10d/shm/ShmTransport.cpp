@@ -46,9 +46,14 @@ struct ShmRing {
   // read out of the writer's memory right now.
   alignas(64) std::atomic<uint64_t> acked;
   std::atomic<uint32_t> reading;
+  // Shared copy of the single-copy message being read (see the header): the
+  // reader publishes its destination, then both sides claim chunks.
+  alignas(64) std::atomic<uint64_t> claim;  // (message number << 32) | next chunk
+  std::atomic<uint64_t> copied;             // chunks finished, by either side
+  std::atomic<uint64_t> destination;        // in the reader's memory
   char data[] __attribute__((aligned(64)));
 };
-static_assert(sizeof(ShmRing) == 192);
+static_assert(sizeof(ShmRing) == 256);
 
 struct ShmMessageHeader {
   uint64_t tag;
@@ -73,6 +78,41 @@ inline void cpuRelax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
 #endif
+}
+
+// A killed process stays a zombie until its parent reaps it, and kill(pid, 0)
+// still succeeds on a zombie: look at its state too.
+bool processAlive(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno != ESRCH;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  FILE* f = std::fopen(path, "r");
+  if (!f) return true;
+  char buf[512] = {0};
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  const char* close = std::strrchr(buf, ')');  // the name may contain spaces
+  if (n == 0 || !close || close[1] == 0) return true;
+  char state = close[2];
+  return state != 'Z' && state != 'X';
+}
+
+// Shared copies move chunks of this size; messages of at least two chunks
+// into a contiguous destination are shared.
+constexpr size_t kShareChunk = 512 << 10;
+
+size_t chunksOf(size_t bytes) { return (bytes + kShareChunk - 1) / kShareChunk; }
+
+// Claims the next chunk of message `number` (mod 2^32), or returns `chunks`
+// if none is left or the ring offers another message by now.
+uint64_t claimChunk(std::atomic<uint64_t>& claim, uint64_t number, uint64_t chunks) {
+  const uint64_t want = number & 0xffffffffu;
+  uint64_t w = claim.load(std::memory_order_acquire);
+  for (;;) {
+    if ((w >> 32) != want || (w & 0xffffffffu) >= chunks) return chunks;
+    if (claim.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      return w & 0xffffffffu;
+  }
 }
 
 // Copy between linear memory and a ring's data area, wrapping at `cap`.
@@ -330,7 +370,7 @@ bool ShmTransport::pushSends(int dst, Channel ch) {
     const bool single = s.singleCopy;
     q.pop_front();
     if (single)  // the receiver still reads the payload from our memory
-      awaitingAck_[dst].push_back({++singleCopySent_[dst], std::move(req)});
+      awaitingAck_[dst].push_back({++singleCopySent_[dst], std::move(req), s.data, s.bytes});
     else
       completeRequest(*req, dst);
   }
@@ -341,12 +381,42 @@ bool ShmTransport::pushSends(int dst, Channel ch) {
 bool ShmTransport::collectAcks(int dst) {
   auto& q = awaitingAck_[dst];
   if (q.empty()) return false;
-  const uint64_t acked = ring(dst, rank_, Channel::kCollective)->acked.load(std::memory_order_acquire);
+  ShmRing* rg = ring(dst, rank_, Channel::kCollective);
+  const uint64_t acked = rg->acked.load(std::memory_order_acquire);
   bool progressed = false;
   while (!q.empty() && q.front().seq <= acked) {
     RequestPtr req = std::move(q.front().req);
     q.pop_front();
     completeRequest(*req, dst);
+    progressed = true;
+  }
+  // The receiver reads the messages in order: only the oldest can be on offer.
+  if (!q.empty()) progressed |= writeShare(dst, rg, q.front());
+  return progressed;
+}
+
+bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
+  const uint64_t chunks = chunksOf(a.bytes);
+  const pid_t pid = maps_[dst].header()->pid;
+  bool progressed = false;
+  for (uint64_t i; (i = claimChunk(rg->claim, a.seq, chunks)) < chunks;) {
+    // Our claim holds the offer open, so `destination` is this message's.
+    const size_t off = i * kShareChunk, n = std::min(kShareChunk, a.bytes - off);
+    char* to = reinterpret_cast<char*>(rg->destination.load(std::memory_order_relaxed)) + off;
+    for (size_t put = 0; put < n;) {
+      iovec local{const_cast<char*>(a.data) + off + put, n - put};
+      iovec remote{to + put, n - put};
+      ssize_t k = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+      if (k <= 0)
+        fail("oreg_ccl: rank " + std::to_string(rank_) + " cannot write to rank " +
+                 std::to_string(dst) + " (pid " + std::to_string(pid) + "): " +
+                 (errno == ESRCH ? std::string("the process exited") : std::strerror(errno)),
+             true);
+      put += static_cast<size_t>(k);
+    }
+    rg->copied.fetch_add(1, std::memory_order_release);
+    ring(dst);
+    sharedChunksWritten_.fetch_add(1, std::memory_order_relaxed);
     progressed = true;
   }
   return progressed;
@@ -364,11 +434,7 @@ void ShmTransport::readFromSender(int src, const Inbound& in) {
   } reading{rg};
   rg->reading.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  const size_t chunk = r.direct ? (4 << 20) : scratch_.size();
-  for (size_t off = 0; off < in.bytes;) {
-    checkFailure();  // a failed group's buffers may be gone already
-    const size_t n = std::min(in.bytes - off, chunk);
-    char* to = r.direct ? r.direct + off : scratch_.data();
+  auto read = [&](char* to, size_t off, size_t n) {
     for (size_t got = 0; got < n;) {
       iovec local{to + got, n - got};
       iovec remote{reinterpret_cast<void*>(in.senderAddress + off + got), n - got};
@@ -380,10 +446,71 @@ void ShmTransport::readFromSender(int src, const Inbound& in) {
              true);
       got += static_cast<size_t>(k);
     }
-    if (!r.direct) r.sink(to, off, n);  // chunks are multiples of kPieceAlign
-    off += n;
+  };
+  if (r.direct && in.bytes >= 2 * kShareChunk) {
+    readShared(src, rg, in, read);
+  } else {
+    const size_t chunk = r.direct ? (4 << 20) : scratch_.size();
+    for (size_t off = 0; off < in.bytes;) {
+      checkFailure();  // a failed group's buffers may be gone already
+      const size_t n = std::min(in.bytes - off, chunk);
+      char* to = r.direct ? r.direct + off : scratch_.data();
+      read(to, off, n);
+      if (!r.direct) r.sink(to, off, n);  // chunks are multiples of kPieceAlign
+      off += n;
+    }
   }
   rg->acked.fetch_add(1, std::memory_order_release);  // completes the sender's send
+}
+
+void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in,
+                              const std::function<void(char*, size_t, size_t)>& read) {
+  // This message's number, as the sender counts its single-copy messages.
+  const uint64_t number = rg->acked.load(std::memory_order_relaxed) + 1;
+  const uint64_t chunks = chunksOf(in.bytes);
+  char* dest = in.recv->direct;
+  rg->copied.store(0, std::memory_order_relaxed);
+  rg->destination.store(reinterpret_cast<uint64_t>(dest), std::memory_order_relaxed);
+  rg->claim.store((number & 0xffffffffu) << 32, std::memory_order_release);
+  ring(src);  // a sender waiting for our acknowledgement joins in
+  uint64_t ownUnfinished = 0;
+  try {
+    for (uint64_t i; (i = claimChunk(rg->claim, number, chunks)) < chunks;) {
+      ownUnfinished = 1;
+      checkFailure();  // a failed group's buffers may be gone already
+      const size_t off = i * kShareChunk;
+      read(dest + off, off, std::min(kShareChunk, in.bytes - off));
+      ownUnfinished = 0;
+      rg->copied.fetch_add(1, std::memory_order_release);
+    }
+    // The sender's last chunk may still be on its way.
+    ShmSegmentHeader* me = maps_[rank_].header();
+    const pid_t pid = maps_[src].header()->pid;
+    for (int spins = 0; rg->copied.load(std::memory_order_acquire) < chunks; ++spins) {
+      checkFailure();
+      if (spins < 1000) {
+        cpuRelax();
+        continue;
+      }
+      const uint32_t bell = me->doorbell.load(std::memory_order_acquire);
+      if (rg->copied.load(std::memory_order_acquire) >= chunks) break;
+      if (!processAlive(pid))
+        fail("oreg_ccl: rank " + std::to_string(src) + " (pid " + std::to_string(pid) +
+                 ") exited while writing " + in.recv->what + " to rank " + std::to_string(rank_),
+             true);
+      sleepOnDoorbell(bell, std::chrono::milliseconds(10));
+    }
+  } catch (...) {
+    // Close the offer, then let a chunk the sender is writing into `dest`
+    // land (bounded, as in quiesce()) before the destination is given back.
+    const uint64_t w = rg->claim.exchange(((number & 0xffffffffu) << 32) | chunks);
+    const uint64_t claimed = std::min<uint64_t>(w & 0xffffffffu, chunks);
+    const auto until = Clock::now() + std::chrono::seconds(2);
+    while (rg->copied.load(std::memory_order_acquire) + ownUnfinished < claimed &&
+           Clock::now() < until && processAlive(maps_[src].header()->pid))
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    throw;
+  }
 }
 
 bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h) {
@@ -568,24 +695,6 @@ void ShmTransport::wakeup() {
   if (maps_[rank_].base) ring(rank_);
 }
 
-namespace {
-// A killed process stays a zombie until its parent reaps it, and kill(pid, 0)
-// still succeeds on a zombie: look at its state too.
-bool processAlive(pid_t pid) {
-  if (kill(pid, 0) != 0) return errno != ESRCH;
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
-  FILE* f = std::fopen(path, "r");
-  if (!f) return true;
-  char buf[512] = {0};
-  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  const char* close = std::strrchr(buf, ')');  // the name may contain spaces
-  if (n == 0 || !close || close[1] == 0) return true;
-  char state = close[2];
-  return state != 'Z' && state != 'X';
-}
-}  // namespace
 
 void ShmTransport::checkPeersAlive() {
   // Only peers we are exchanging bytes with matter: a peer that finished and
@@ -628,13 +737,17 @@ void ShmTransport::progress(Clock::time_point until) {
       continue;
     }
     // Sleep until a doorbell ring, `until`, or a liveness check is due.
-    auto wait = std::min<Clock::duration>(until - now, std::chrono::milliseconds(200));
-    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
-    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-    me->sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (me->doorbell.load(std::memory_order_seq_cst) == bell) futex(&me->doorbell, FUTEX_WAIT, bell, &ts);
-    me->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    sleepOnDoorbell(bell, std::min<Clock::duration>(until - now, std::chrono::milliseconds(200)));
   }
+}
+
+void ShmTransport::sleepOnDoorbell(uint32_t bell, Clock::duration timeout) {
+  ShmSegmentHeader* me = maps_[rank_].header();
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  me->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (me->doorbell.load(std::memory_order_seq_cst) == bell) futex(&me->doorbell, FUTEX_WAIT, bell, &ts);
+  me->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 }  // namespace openreg::ccl

@@ -15,6 +15,14 @@
 // send. One memcpy instead of two. Used only when every rank could read every
 // peer at connect time (same pid namespace, ptrace permitted).
 //
+// Shared copy: a single-copy message of at least two 512 KiB chunks into a
+// contiguous destination is copied by both sides. The receiver publishes the
+// destination in the ring and rings the sender; both claim chunks from one
+// counter (the sender writes its chunks with process_vm_writev) until none is
+// left. A sender that is only waiting for the acknowledgement (a broadcast
+// root, say) so lends its core; a busy one never joins and the receiver
+// copies everything, as before.
+//
 // Waiting: each segment has a doorbell (a 32-bit futex word). Writers ring
 // the receiver's doorbell after publishing data, readers ring the writer's
 // after freeing space, and a rank with nothing to do spins briefly and then
@@ -62,6 +70,8 @@ class ShmTransport final : public Transport {
   void quiesce() override;
   // Large collective messages are read straight from the sender (see above).
   bool singleCopy() const { return singleCopyBytes_ > 0; }
+  // Chunks of peers' shared copies this rank wrote (any thread; for tests).
+  uint64_t sharedChunksWritten() const { return sharedChunksWritten_.load(std::memory_order_relaxed); }
 
  private:
   struct Mapping {
@@ -81,6 +91,8 @@ class ShmTransport final : public Transport {
   struct AwaitingAck {
     uint64_t seq;  // completes once the ring's `acked` reaches it
     RequestPtr req;
+    const char* data;  // the payload, for a shared copy
+    size_t bytes;
   };
   // A p2p message that arrived before its receive (kept in host memory).
   struct Unexpected {
@@ -113,7 +125,11 @@ class ShmTransport final : public Transport {
   bool pullRecvs(int src, Channel ch);
   bool startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h);
   void readFromSender(int src, const Inbound& in);
+  void readShared(int src, ShmRing* rg, const Inbound& in,
+                  const std::function<void(char*, size_t, size_t)>& read);
   bool collectAcks(int dst);
+  bool writeShare(int dst, ShmRing* rg, const AwaitingAck& a);
+  void sleepOnDoorbell(uint32_t bell, Clock::duration timeout);
   bool probeSingleCopy() const;
   void ring(int peer);  // ring a peer's doorbell
   void checkFailure();
@@ -148,6 +164,7 @@ class ShmTransport final : public Transport {
   // Cross-thread state.
   std::atomic<bool> woken_{false};
   std::atomic<bool> failed_{false};
+  std::atomic<uint64_t> sharedChunksWritten_{0};
   mutable std::mutex errorMutex_;
   std::string error_;  // GUARDED_BY(errorMutex_): first error wins
 };
