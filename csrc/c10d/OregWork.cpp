@@ -70,6 +70,11 @@ c10::intrusive_ptr<OregWork> OregWork::WorkerRef::complete(std::exception_ptr er
   return work;
 }
 
+c10::intrusive_ptr<OregWork> OregWork::WorkerRef::release() {
+  std::lock_guard<std::mutex> g(mutex_);
+  return std::move(strong_);
+}
+
 void OregWork::WorkerRef::downgrade() {
   c10::intrusive_ptr<OregWork> dropped;  // never the last reference: the caller holds one
   std::lock_guard<std::mutex> g(mutex_);
@@ -233,14 +238,13 @@ c10::intrusive_ptr<OregWork> OregWork::combine(
   };
   auto count = std::make_shared<Count>();
   count->left = parts.size();
-  // Weak: the parts complete on the worker, which must not hold the last
-  // reference to a work (it owns tensors; see Releaser.h).
-  // Python may drop the combined work right after wait() queued a stream
-  // kernel on it: then only its completion state is left to signal.
-  c10::weak_intrusive_ptr<OregWork> weak(all);
-  auto completion = all->completion_;
+  // The group is referred to like one operation (WorkerRef): strong until
+  // wait() queued its stream hold, for good once getFuture() pinned it (a
+  // caller may keep only the future), and only its completion state once
+  // Python dropped it after wait().
+  auto ref = all->attachWorker(/*releasable=*/true);
   for (auto& p : parts) {
-    p->whenDone([weak, completion, count](std::exception_ptr e) {
+    p->whenDone([ref, count](std::exception_ptr e) {
       std::exception_ptr done;
       bool last;
       {
@@ -250,12 +254,10 @@ c10::intrusive_ptr<OregWork> OregWork::combine(
         done = count->first;
       }
       if (!last) return;
-      if (auto all = weak.lock()) {
-        all->complete(done);
-        releaseLater(std::move(all));  // this thread must not drop the last reference
-      } else {
-        completion->set(done);
-      }
+      // The parts complete on the worker, which must not drop the last
+      // reference to a work (it owns tensors; see Releaser.h).
+      releaseLater(ref->complete(done));
+      releaseLater(ref->release());
     });
   }
   return all;

@@ -108,6 +108,8 @@ class OregWork::WorkerRef {
   c10::intrusive_ptr<OregWork> lock();
   void downgrade();  // after wait(); a no-op once pinned
   void pin(c10::intrusive_ptr<OregWork> work);  // getFuture(): strong for good
+  // After completion: hands over the strong reference, for the releaser.
+  c10::intrusive_ptr<OregWork> release();
 
  private:
   std::shared_ptr<Completion> completion_;

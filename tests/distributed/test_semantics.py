@@ -127,6 +127,18 @@ def released_at_wait(rank, n):
     fut = work.get_future()
     del work
     assert torch.equal(fut.wait()[0].cpu(), torch.full((8,), float(n)))
+    # So does the future of a coalesced group whose work the caller dropped.
+    outs = [torch.empty(n * 4, device=dev), torch.empty(n * 2, device=dev)]
+    if rank == 1:
+        time.sleep(0.3)
+    with dist._coalescing_manager(device=dev, async_ops=True) as cm:
+        for o in outs:
+            dist.all_gather_into_tensor(o, torch.full((o.numel() // n,), float(rank), device=dev))
+    fut = cm.works[0].get_future()
+    del cm
+    gathered = [v.cpu() for v in fut.wait()]
+    assert [torch.equal(g, torch.arange(n).float().repeat_interleave(g.numel() // n)) for g in gathered] \
+        == [True, True], gathered
 
 
 def test_wait_releases_the_callers_tensors_before_completion(tmp_path):
