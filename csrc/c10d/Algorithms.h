@@ -19,7 +19,10 @@
 //  allgather / gather / scatter / alltoall: direct exchange, each rank sends
 //      its blocks to their destinations; no data is forwarded twice.
 //  reduce_scatter: rank r receives part r from every peer and reduces it.
-//  reduce: the root receives every buffer and reduces in rank order.
+//  reduce, small: the root receives every buffer and reduces in rank order.
+//  reduce, large (as allreduce's threshold): reduce-scatter, then the root
+//      gathers the reduced parts, so every rank reduces 1/n of the data
+//      instead of the root reducing it all.
 //  barrier: an empty message from every rank to every rank.
 //
 // Across hosts (HierarchicalAlgorithms.cpp; c.topology is set):
@@ -49,6 +52,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -74,6 +78,9 @@ struct Collective {
   RequestPtr send(int peer, const void* data, size_t bytes);
   RequestPtr recvInto(int peer, void* data, size_t bytes);
   RequestPtr recvReduce(int peer, void* acc, size_t count, c10::ScalarType dtype, ReduceKind op);
+  // acc = op(own, received), piece by piece.
+  RequestPtr recvReduceOnto(int peer, void* acc, const void* own, size_t count,
+                            c10::ScalarType dtype, ReduceKind op);
   void wait(const RequestPtr& req);
   void waitAll(const std::vector<RequestPtr>& reqs);
 };
@@ -113,6 +120,8 @@ void allgather(Collective& c, const void* in, void* out, size_t bytes);
 void reduceScatter(Collective& c, const void* in, void* out, size_t count, c10::ScalarType dtype,
                    ReduceKind op);
 void reduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op, int root);
+void reduceScatterGather(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
+                         ReduceKind op, int root);
 // Block p of `in` (sendBytes[p] at sendOffsets[p]) goes to rank p; block q of
 // `out` receives recvBytes[q] from rank q.
 void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffsets,

@@ -282,6 +282,12 @@ def large_messages(rank, n, single_copy):
             out = torch.empty(700_001, dtype=dtype, device=device)
             dist.reduce_scatter_tensor(out, ins[rank].to(device, copy=True))
             check(out, reference(ins, "SUM", dtype)[rank * 700_001:(rank + 1) * 700_001], "reduce_scatter")
+        # Parts of unequal length (reduce-scatter + gather above 2 ranks); the
+        # other ranks' buffers stay as they were.
+        odd = [make(r, (700_003,), torch.float64, 11 + r) for r in range(n)]
+        t = odd[rank].to(device, copy=True)
+        dist.reduce(t, dst=1, op=ReduceOp.MIN)
+        check(t, reference(odd, "MIN", torch.float64) if rank == 1 else odd[rank], "reduce, uneven parts")
         big = make(0, (3_000_001,), torch.float32, 99)  # 12 MB
         t = (big if rank == 0 else torch.zeros_like(big)).to(device, copy=True)
         dist.broadcast(t, src=0)
