@@ -733,7 +733,10 @@ void ShmTransport::progress(Clock::time_point until) {
       checkPeersAlive();
     }
     if (now < spinUntil) {
-      cpuRelax();
+      // Yield, not just pause: the peer we wait for may be queued on this
+      // very core (the scheduler does not promise one core per rank), and a
+      // pure spin would keep it off for the whole spin.
+      std::this_thread::yield();
       continue;
     }
     // Sleep until a doorbell ring, `until`, or a liveness check is due.
