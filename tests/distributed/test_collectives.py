@@ -5,6 +5,8 @@ computed locally with plain torch ops in float64/int64 (independently of the
 backend) and compared with what oreg_ccl produced. One process group per
 world size runs the whole matrix on both devices, to keep spawns few.
 """
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -294,15 +296,17 @@ def large_messages(rank, n, single_copy):
         check(t, big, "broadcast")
         if single_copy:
             # The root, idle while its peers read, writes part of each copy
-            # itself (a shared copy); let it show once.
-            for _ in range(100):
-                shown = torch.tensor([int(rank == 0 and info_of()["shared_chunks_written"] > 0)])
+            # itself (a shared copy); let it show once. Only if it wakes while
+            # a peer still copies: give a loaded machine time.
+            deadline = time.monotonic() + 20
+            while True:
+                shown = torch.tensor([int(rank == 0 and info_of()["shared_chunks_written"] > 0),
+                                      int(time.monotonic() > deadline)])
                 dist.all_reduce(shown, op=ReduceOp.MAX)
-                if shown.item():
+                if shown[0]:
                     break
+                assert not shown[1], "the broadcast root never took part in a shared copy"
                 dist.broadcast(t, src=0)
-            else:
-                raise AssertionError("the broadcast root never took part in a shared copy")
             dist.broadcast(t, src=0)
             check(t, big, "broadcast, shared copy")
         flat = torch.empty(n * 1_500_000, device=device)
