@@ -23,11 +23,12 @@ def run(devices, steps, strategy, device_type, extra):
                "--log-every", str(steps), *extra]
         # torchrun + gloo + DDP aborts at exit in about 1 of 10 runs on this
         # machine ("terminate called without an active exception"), also with
-        # openreg not imported at all: retry that one failure once, nothing else.
-        r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if r.returncode != 0 and "terminate called without an active exception" in r.stderr:
-            print(f"# {device_type} run hit gloo's abort at exit; retrying once", flush=True)
+        # openreg not imported at all: retry that one failure (twice), nothing else.
+        for attempt in range(3):
             r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if r.returncode == 0 or "terminate called without an active exception" not in r.stderr:
+                break
+            print(f"# {device_type} run hit gloo's abort at exit; retrying", flush=True)
         if r.returncode != 0:
             raise SystemExit(f"{device_type} run failed:\n{r.stderr[-4000:]}")
         with open(os.path.join(out, "summary.json")) as f:
