@@ -157,6 +157,36 @@ void allreduceRing(Collective& c, void* buf, size_t count, c10::ScalarType dtype
   }
 }
 
+void allreduceRecursiveDoubling(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
+                                ReduceKind op) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1) return;
+  const size_t bytes = count * c10::elementSize(dtype);
+  int pow2 = 1;
+  while (pow2 * 2 <= n) pow2 *= 2;
+  const int extra = n - pow2;
+  // The first 2*extra ranks pair up: the even one hands its buffer to the odd
+  // one and sits out, so a power of two of ranks remains.
+  if (r < 2 * extra && r % 2 == 0) {
+    c.wait(c.send(r + 1, buf, bytes));
+    return c.wait(c.recvInto(r + 1, buf, bytes));
+  }
+  if (r < 2 * extra) c.wait(c.recvReduce(r - 1, buf, count, dtype, op));
+  const int me = r < 2 * extra ? r / 2 : r - extra;
+  auto rankOf = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
+  std::vector<char> theirs(bytes);
+  for (int mask = 1; mask < pow2; mask <<= 1) {
+    const int peer = rankOf(me ^ mask);
+    auto send = c.send(peer, buf, bytes);
+    c.wait(c.recvInto(peer, theirs.data(), bytes));
+    c.wait(send);  // `buf` is read until then
+    // Both partners compute op(mine, theirs) = op(theirs, mine): the ops are
+    // commutative element-wise, so every rank ends with the same bits.
+    reduceInto(buf, theirs.data(), count, dtype, op);
+  }
+  if (r < 2 * extra) c.wait(c.send(r - 1, buf, bytes));
+}
+
 void allreduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op) {
   if (c.size() == 1) return;
   if (c.topology) return allreduceHierarchical(c, buf, count, dtype, op);

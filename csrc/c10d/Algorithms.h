@@ -27,8 +27,9 @@
 //
 // Across hosts (HierarchicalAlgorithms.cpp; c.topology is set):
 //  allreduce, small: reduce to the first rank of each host over shared
-//      memory, one-shot allreduce among those leaders over the network,
-//      broadcast back within each host.
+//      memory, allreduce among those leaders over the network (one-shot up to
+//      4 hosts or 8 KiB, one step; else recursive doubling, log2 H steps
+//      instead of H-1 messages per leader), broadcast back within each host.
 //  allreduce, large, same rank count L on every host: reduce-scatter within
 //      the host (local rank i owns part i), ring allreduce of part i among the
 //      ranks with local index i on every host (so every rank drives its own
@@ -107,6 +108,12 @@ void allreduceFlat(Collective& c, void* buf, size_t count, c10::ScalarType dtype
 // Ring reduce-scatter + all-gather: n-1 steps each, one neighbour per step,
 // so each link carries 2 (n-1)/n N; for the network, where links are scarce.
 void allreduceRing(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op);
+// Recursive doubling (a butterfly: log2 n steps, each exchanging the whole
+// buffer with one partner; a rank count that is not a power of two first
+// folds the extra ranks into their neighbours). For small messages among many
+// ranks, where one-shot's n-1 messages per rank cost more than log2 n steps.
+void allreduceRecursiveDoubling(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
+                                ReduceKind op);
 void allreduceHierarchical(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
                            ReduceKind op);
 void broadcastHierarchical(Collective& c, void* buf, size_t bytes, int root);

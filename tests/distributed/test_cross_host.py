@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from _harness import info_of, spawn
-from test_collectives import matrix
+from test_collectives import ALL, check, make, matrix, ops_for, reduce_op, reference, run_allreduce
 from test_errors import expect_dist_error, timeouts
 from test_p2p import p2p
 
@@ -35,6 +35,31 @@ from test_p2p import p2p
 def test_every_collective_across_hosts(tmp_path, hosts, chunk):
     env = {"OREG_CCL_ZMQ_CHUNK_BYTES": str(chunk)} if chunk else {}
     spawn(matrix, len(hosts), tmp_path, timeout=220, host_of=hosts, env=env)
+
+
+def allreduce_across_many_hosts(rank, n):
+    assert info_of()["host_count"] == n
+    # Tiny messages: one-shot among the 5 host leaders; large ones: the ring.
+    run_allreduce(rank, n, torch.device("cpu"), 0)
+    # 8-64 KiB among more than 4 hosts: recursive doubling, with a host count
+    # that is not a power of two. Every dtype x op (fp16/bf16 travel as fp32).
+    for seed, dtype in enumerate(ALL):
+        count = 30_000 // (4 if dtype in (torch.float16, torch.bfloat16) else dtype.itemsize)
+        for op in ops_for(dtype):
+            inputs = [make(r, (count,), dtype, 100 + seed) for r in range(n)]
+            t = inputs[rank].clone()
+            dist.all_reduce(t, op=reduce_op(op, 0.5, t.device))
+            check(t, reference(inputs, op, dtype, 0.5), f"allreduce {op} {dtype} across 5 hosts")
+    # ... and every rank ends with the same bits.
+    t = make(rank, (10_000,), torch.float32, 5)
+    dist.all_reduce(t)
+    outs = [torch.empty_like(t) for _ in range(n)]
+    dist.all_gather(outs, t)
+    assert all(torch.equal(o, outs[0]) for o in outs)
+
+
+def test_small_allreduce_across_five_hosts(tmp_path):
+    spawn(allreduce_across_many_hosts, 5, tmp_path, timeout=200, host_of=(0, 1, 2, 3, 4))
 
 
 def p2p_across_hosts(rank, n):
