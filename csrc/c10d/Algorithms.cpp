@@ -180,9 +180,14 @@ void allreduceRecursiveDoubling(Collective& c, void* buf, size_t count, c10::Sca
     auto send = c.send(peer, buf, bytes);
     c.wait(c.recvInto(peer, theirs.data(), bytes));
     c.wait(send);  // `buf` is read until then
-    // Both partners compute op(mine, theirs) = op(theirs, mine): the ops are
-    // commutative element-wise, so every rank ends with the same bits.
-    reduceInto(buf, theirs.data(), count, dtype, op);
+    // Both partners compute op(lower half, upper half), so every rank ends
+    // with the same bits (MIN/MAX of +0/-0 or of NaNs depend on the order).
+    if (me < (me ^ mask)) {
+      reduceInto(buf, theirs.data(), count, dtype, op);
+    } else {
+      reduceInto(theirs.data(), buf, count, dtype, op);
+      std::memcpy(buf, theirs.data(), bytes);
+    }
   }
   if (r < 2 * extra) c.wait(c.send(r - 1, buf, bytes));
 }

@@ -37,7 +37,10 @@ void allreduceHierarchical(Collective& c, void* buf, size_t count, c10::ScalarTy
   if (local.rank() == 0) {
     TransportView leaders(c.transport, t.leaders());
     Collective ld = c.on(leaders);
-    if (leaders.size() > kOneShotHosts && count * elem > kTinyBytes)
+    // (Large messages come here only on hosts with unequal rank counts:
+    // allreduceFlat then picks reduce-scatter + all-gather.)
+    if (leaders.size() > kOneShotHosts && count * elem > kTinyBytes &&
+        count * elem <= config().oneShotBytes)
       allreduceRecursiveDoubling(ld, buf, count, dtype, op);
     else
       allreduceFlat(ld, buf, count, dtype, op);

@@ -72,6 +72,7 @@ c10::intrusive_ptr<OregWork> OregWork::WorkerRef::complete(std::exception_ptr er
 
 c10::intrusive_ptr<OregWork> OregWork::WorkerRef::release() {
   std::lock_guard<std::mutex> g(mutex_);
+  released_ = true;
   return std::move(strong_);
 }
 
@@ -84,7 +85,9 @@ void OregWork::WorkerRef::downgrade() {
 void OregWork::WorkerRef::pin(c10::intrusive_ptr<OregWork> work) {
   std::lock_guard<std::mutex> g(mutex_);
   pinned_ = true;
-  if (!strong_) strong_ = std::move(work);
+  // Once released the work is complete: nothing to keep, and the last holder
+  // of this WorkerRef may be the worker, which must not drop the last reference.
+  if (!strong_ && !released_) strong_ = std::move(work);
 }
 
 void OregWork::complete(std::exception_ptr error) {

@@ -117,6 +117,7 @@ class OregWork::WorkerRef {
   c10::weak_intrusive_ptr<OregWork> weak_;
   c10::intrusive_ptr<OregWork> strong_;  // GUARDED_BY(mutex_)
   bool pinned_ = false;                  // GUARDED_BY(mutex_)
+  bool released_ = false;                // GUARDED_BY(mutex_): release() was called
 };
 
 }  // namespace openreg::ccl

@@ -52,7 +52,7 @@ void RoutedTransport::progress(Clock::time_point until) {
   if (!shm_) return zmq_->progress(until);
   // Also returns when the ZeroMQ side notifies; bounded so that the ZeroMQ
   // side's periodic checks (dropped peers) keep running.
-  shm_->progress(std::min(until, Clock::now() + std::chrono::milliseconds(100)));
+  shm_->progress(std::min(until, Clock::now() + std::chrono::milliseconds(100)), until);
   zmq_->poll();
 }
 

@@ -15,6 +15,7 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed import ReduceOp
 
 from _harness import info_of, spawn
 from test_collectives import ALL, check, make, matrix, ops_for, reduce_op, reference, run_allreduce
@@ -50,12 +51,14 @@ def allreduce_across_many_hosts(rank, n):
             t = inputs[rank].clone()
             dist.all_reduce(t, op=reduce_op(op, 0.5, t.device))
             check(t, reference(inputs, op, dtype, 0.5), f"allreduce {op} {dtype} across 5 hosts")
-    # ... and every rank ends with the same bits.
-    t = make(rank, (10_000,), torch.float32, 5)
-    dist.all_reduce(t)
-    outs = [torch.empty_like(t) for _ in range(n)]
-    dist.all_gather(outs, t)
-    assert all(torch.equal(o, outs[0]) for o in outs)
+    # ... and every rank ends with the same bits, also where the order of the
+    # operands decides them (MAX of +0 and -0).
+    for t, op in [(make(rank, (10_000,), torch.float32, 5), ReduceOp.SUM),
+                  (torch.full((10_000,), -0.0 if rank % 2 else 0.0), ReduceOp.MAX)]:
+        dist.all_reduce(t, op=op)
+        outs = [torch.empty_like(t) for _ in range(n)]
+        dist.all_gather(outs, t)
+        assert all(torch.equal(o.view(torch.int32), outs[0].view(torch.int32)) for o in outs), op
 
 
 def test_small_allreduce_across_five_hosts(tmp_path):

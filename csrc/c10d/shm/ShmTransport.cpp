@@ -98,8 +98,16 @@ bool processAlive(pid_t pid) {
 }
 
 // Shared copies move chunks of this size; messages of at least two chunks
-// into a contiguous destination are shared.
+// into a contiguous destination are shared. The sender writes a chunk in
+// pieces and stops between them once the reader closed the offer (failure).
 constexpr size_t kShareChunk = 512 << 10;
+constexpr size_t kSharePiece = 64 << 10;
+constexpr uint64_t kOfferClosed = 0xffffffffu;  // claim index after a failure
+
+bool offerClosed(const std::atomic<uint64_t>& claim, uint64_t number) {
+  const uint64_t w = claim.load(std::memory_order_acquire);
+  return (w >> 32) == (number & 0xffffffffu) && (w & 0xffffffffu) == kOfferClosed;
+}
 
 size_t chunksOf(size_t bytes) { return (bytes + kShareChunk - 1) / kShareChunk; }
 
@@ -400,21 +408,28 @@ bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
   const pid_t pid = maps_[dst].header()->pid;
   bool progressed = false;
   for (uint64_t i; (i = claimChunk(rg->claim, a.seq, chunks)) < chunks;) {
-    // Our claim holds the offer open, so `destination` is this message's.
-    const size_t off = i * kShareChunk, n = std::min(kShareChunk, a.bytes - off);
-    char* to = reinterpret_cast<char*>(rg->destination.load(std::memory_order_relaxed)) + off;
-    for (size_t put = 0; put < n;) {
-      iovec local{const_cast<char*>(a.data) + off + put, n - put};
-      iovec remote{to + put, n - put};
-      ssize_t k = process_vm_writev(pid, &local, 1, &remote, 1, 0);
-      if (k <= 0)
-        fail("oreg_ccl: rank " + std::to_string(rank_) + " cannot write to rank " +
-                 std::to_string(dst) + " (pid " + std::to_string(pid) + "): " +
-                 (errno == ESRCH ? std::string("the process exited") : std::strerror(errno)),
-             true);
-      put += static_cast<size_t>(k);
+    {
+      // Counted even if the write fails: the reader must not wait for it.
+      struct Counted {
+        std::atomic<uint64_t>& copied;
+        ~Counted() { copied.fetch_add(1, std::memory_order_release); }
+      } counted{rg->copied};
+      // Our claim holds the offer open, so `destination` is this message's.
+      const size_t off = i * kShareChunk, n = std::min(kShareChunk, a.bytes - off);
+      char* to = reinterpret_cast<char*>(rg->destination.load(std::memory_order_relaxed)) + off;
+      for (size_t put = 0; put < n && !offerClosed(rg->claim, a.seq);) {
+        const size_t piece = std::min(kSharePiece, n - put);
+        iovec local{const_cast<char*>(a.data) + off + put, piece};
+        iovec remote{to + put, piece};
+        ssize_t k = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+        if (k <= 0)
+          fail("oreg_ccl: rank " + std::to_string(rank_) + " cannot write to rank " +
+                   std::to_string(dst) + " (pid " + std::to_string(pid) + "): " +
+                   (errno == ESRCH ? std::string("the process exited") : std::strerror(errno)),
+               true);
+        put += static_cast<size_t>(k);
+      }
     }
-    rg->copied.fetch_add(1, std::memory_order_release);
     ring(dst);
     sharedChunksWritten_.fetch_add(1, std::memory_order_relaxed);
     progressed = true;
@@ -488,6 +503,10 @@ void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in,
     const pid_t pid = maps_[src].header()->pid;
     for (int spins = 0; rg->copied.load(std::memory_order_acquire) < chunks; ++spins) {
       checkFailure();
+      if (Clock::now() >= deadline_)  // a stopped sender (SIGSTOP, debugger) is alive
+        fail("oreg_ccl: rank " + std::to_string(rank_) + ": Timed out in " + in.recv->what +
+                 " waiting for rank " + std::to_string(src) + " to finish its part of a copy",
+             true);
       if (spins < 1000) {
         cpuRelax();
         continue;
@@ -501,9 +520,9 @@ void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in,
       sleepOnDoorbell(bell, std::chrono::milliseconds(10));
     }
   } catch (...) {
-    // Close the offer, then let a chunk the sender is writing into `dest`
+    // Close the offer, then let a piece the sender is writing into `dest`
     // land (bounded, as in quiesce()) before the destination is given back.
-    const uint64_t w = rg->claim.exchange(((number & 0xffffffffu) << 32) | chunks);
+    const uint64_t w = rg->claim.exchange(((number & 0xffffffffu) << 32) | kOfferClosed);
     const uint64_t claimed = std::min<uint64_t>(w & 0xffffffffu, chunks);
     const auto until = Clock::now() + std::chrono::seconds(2);
     while (rg->copied.load(std::memory_order_acquire) + ownUnfinished < claimed &&
@@ -719,7 +738,10 @@ void ShmTransport::checkPeersAlive() {
   }
 }
 
-void ShmTransport::progress(Clock::time_point until) {
+void ShmTransport::progress(Clock::time_point until) { progress(until, until); }
+
+void ShmTransport::progress(Clock::time_point until, Clock::time_point deadline) {
+  deadline_ = deadline;
   ShmSegmentHeader* me = maps_[rank_].header();
   const auto spinUntil = Clock::now() + std::chrono::microseconds(spinUs_);
   for (;;) {

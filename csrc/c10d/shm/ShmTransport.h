@@ -64,6 +64,9 @@ class ShmTransport final : public Transport {
   RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
                    Sink sink, void* direct = nullptr) override;
   void progress(Clock::time_point until) override;
+  // Returns by `until` like progress(until); `deadline` is the waiting
+  // operation's own (a shared copy stuck on a stopped sender times out there).
+  void progress(Clock::time_point until, Clock::time_point deadline);
   void wakeup() override;
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;
@@ -160,6 +163,7 @@ class ShmTransport final : public Transport {
   std::list<std::shared_ptr<PostedRecv>> p2pRecvs_;                 // posting order
   std::list<Unexpected> unexpected_;
   Clock::time_point lastLivenessCheck_;
+  Clock::time_point deadline_ = Clock::time_point::max();  // of the operation progress() waits for
 
   // Cross-thread state.
   std::atomic<bool> woken_{false};
