@@ -46,12 +46,17 @@ def main():
     for device_type, backend in (("cpu", "gloo"), ("openreg", "oreg_ccl")):
         s = run(args.devices, args.steps, args.strategy, device_type, extra)
         rows.append((device_type, backend, s["steady_steps_per_second"], s["steps_per_second"],
-                     s["final_loss"]))
+                     s["final_loss"], s["steady_cpu_seconds_per_step"]))
     print(f"# {args.strategy}, {args.devices} processes, {args.steps} steps; steady = after the "
           f"first {WARMUP_STEPS} (warm-up) steps, all = every step")
-    print(f"# {'device':<10}{'backend':<10}{'steady steps/s':>16}{'all steps/s':>13}{'final loss':>12}")
-    for device_type, backend, steady, every, loss in rows:
-        print(f"  {device_type:<10}{backend:<10}{steady:>16.2f}{every:>13.2f}{loss:>12.4f}")
+    print(f"# cpu ms/step: CPU time of all ranks per steady step; cores busy: that over wall time "
+          f"and the machine's {os.cpu_count()} cores")
+    print(f"# {'device':<10}{'backend':<10}{'steady steps/s':>16}{'all steps/s':>13}{'final loss':>12}"
+          f"{'cpu ms/step':>13}{'cores busy':>12}")
+    for device_type, backend, steady, every, loss, cpu in rows:
+        busy = cpu * steady / os.cpu_count()
+        print(f"  {device_type:<10}{backend:<10}{steady:>16.2f}{every:>13.2f}{loss:>12.4f}"
+              f"{cpu * 1e3:>13.1f}{busy:>11.0%}")
     print(f"# openreg+oreg_ccl / cpu+gloo: {rows[1][2] / rows[0][2]:.2f}x steady, "
           f"{rows[1][3] / rows[0][3]:.2f}x over all steps")
 

@@ -237,7 +237,7 @@ def main(argv=None):
     # Steady-state speed leaves out the first steps (allocator warm-up, DDP's
     # bucket rebuild after step one), as nccl-tests leaves out warm-up iterations.
     warmup = min(WARMUP_STEPS, (args.steps - start_step) // 2)
-    t_warm = t0
+    t_warm, cpu_warm = t0, time.process_time()
     for step in range(start_step, args.steps):
         x, y = global_batch(data, step, args.global_batch, args.seq_len, args.seed)
         x = x[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
@@ -257,7 +257,7 @@ def main(argv=None):
         value = report.item()
         losses.append(value)
         if step - start_step + 1 == warmup:
-            t_warm = time.perf_counter()
+            t_warm, cpu_warm = time.perf_counter(), time.process_time()
         tokens += args.global_batch * args.seq_len
         if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
             elapsed = time.perf_counter() - t0
@@ -269,18 +269,24 @@ def main(argv=None):
 
     t_end = time.perf_counter()
     elapsed = t_end - t0
-    peaks = [device_peak_memory(device)]
+    # CPU time of the steady steps, every thread of the process (kernels,
+    # collectives, autograd): with the wall time it shows how busy the cores were.
+    mine = (device_peak_memory(device), time.process_time() - cpu_warm)
+    per_rank = [mine]
     if distributed:
-        gathered = [None] * world
-        dist.all_gather_object(gathered, peaks[0])
-        peaks = gathered
+        per_rank = [None] * world
+        dist.all_gather_object(per_rank, mine)
+    peaks = [p for p, _ in per_rank]
+    steady_steps = args.steps - start_step - warmup
     if rank == 0:
         summary = {"strategy": args.strategy, "world_size": world if distributed else 1,
                    "steps": args.steps - start_step, "first_step": start_step, "losses": losses,
                    "final_loss": losses[-1] if losses else math.nan, "seconds": elapsed,
                    "steps_per_second": (args.steps - start_step) / elapsed if elapsed else 0.0,
-                   "steady_steps_per_second": (args.steps - start_step - warmup) / (t_end - t_warm)
+                   "steady_steps_per_second": steady_steps / (t_end - t_warm)
                    if t_end > t_warm else 0.0,
+                   "steady_cpu_seconds_per_step": sum(c for _, c in per_rank) / steady_steps
+                   if steady_steps > 0 else 0.0,
                    "tokens_per_second": tokens / elapsed if elapsed else 0.0,
                    "peak_memory_bytes_per_device": peaks, "bf16": args.bf16,
                    # rank 0's oreg_ccl worker time in collectives (overlaps compute)
