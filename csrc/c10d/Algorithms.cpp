@@ -75,6 +75,26 @@ void reduceOwnPart(Collective& c, void* buf, size_t count, c10::ScalarType dtype
   c.waitAll(sends);  // before anyone overwrites the parts they read
 }
 
+// reduce, large: every rank reduces its part, then the root gathers them.
+void reduceScatterGather(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
+                         ReduceKind op, int root) {
+  const int n = c.size(), r = c.rank();
+  const size_t elem = c10::elementSize(dtype);
+  char* base = static_cast<char*>(buf);
+  const Part mine = partOf(count, n, r);
+  // Reduce leaves the other ranks' buffers alone: they sum their part aside.
+  std::unique_ptr<char[]> aside(r == root ? nullptr : new char[mine.len * elem]);
+  reduceOwnPart(c, buf, count, dtype, op, aside.get());
+  if (r != root) return c.wait(c.send(root, aside.get(), mine.len * elem));
+  std::vector<RequestPtr> recvs;
+  for (int q = 0; q < n; ++q) {
+    if (q == r) continue;
+    Part part = partOf(count, n, q);
+    recvs.push_back(c.recvInto(q, base + part.begin * elem, part.len * elem));
+  }
+  c.waitAll(recvs);
+}
+
 }  // namespace
 
 void reduceScatterInPlace(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
@@ -98,7 +118,6 @@ void allgatherInPlace(Collective& c, void* buf, size_t count, size_t elem) {
 }
 
 namespace {
-
 
 void allreduceOneShot(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
                       ReduceKind op) {
@@ -255,24 +274,6 @@ void reduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, Reduc
     if (q != root) c.wait(c.recvReduce(q, buf, count, dtype, op));
 }
 
-void reduceScatterGather(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
-                         ReduceKind op, int root) {
-  const int n = c.size(), r = c.rank();
-  const size_t elem = c10::elementSize(dtype);
-  char* base = static_cast<char*>(buf);
-  const Part mine = partOf(count, n, r);
-  // Reduce leaves the other ranks' buffers alone: they sum their part aside.
-  std::unique_ptr<char[]> aside(r == root ? nullptr : new char[mine.len * elem]);
-  reduceOwnPart(c, buf, count, dtype, op, aside.get());
-  if (r != root) return c.wait(c.send(root, aside.get(), mine.len * elem));
-  std::vector<RequestPtr> recvs;
-  for (int q = 0; q < n; ++q) {
-    if (q == r) continue;
-    Part part = partOf(count, n, q);
-    recvs.push_back(c.recvInto(q, base + part.begin * elem, part.len * elem));
-  }
-  c.waitAll(recvs);
-}
 
 void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffsets,
               const std::vector<size_t>& sendBytes, char* out,

@@ -127,8 +127,6 @@ void allgather(Collective& c, const void* in, void* out, size_t bytes);
 void reduceScatter(Collective& c, const void* in, void* out, size_t count, c10::ScalarType dtype,
                    ReduceKind op);
 void reduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op, int root);
-void reduceScatterGather(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
-                         ReduceKind op, int root);
 // Block p of `in` (sendBytes[p] at sendOffsets[p]) goes to rank p; block q of
 // `out` receives recvBytes[q] from rank q.
 void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffsets,

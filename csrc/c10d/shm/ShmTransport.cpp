@@ -104,9 +104,14 @@ constexpr size_t kShareChunk = 512 << 10;
 constexpr size_t kSharePiece = 64 << 10;
 constexpr uint64_t kOfferClosed = 0xffffffffu;  // claim index after a failure
 
+// A ring's `claim` word: the message number (mod 2^32) and the next chunk.
+constexpr uint64_t claimWord(uint64_t number, uint64_t index) { return (number << 32) | index; }
+constexpr bool sameMessage(uint64_t word, uint64_t number) { return (word >> 32) == (number & 0xffffffffu); }
+constexpr uint64_t claimIndex(uint64_t word) { return word & 0xffffffffu; }
+
 bool offerClosed(const std::atomic<uint64_t>& claim, uint64_t number) {
   const uint64_t w = claim.load(std::memory_order_acquire);
-  return (w >> 32) == (number & 0xffffffffu) && (w & 0xffffffffu) == kOfferClosed;
+  return sameMessage(w, number) && claimIndex(w) == kOfferClosed;
 }
 
 size_t chunksOf(size_t bytes) { return (bytes + kShareChunk - 1) / kShareChunk; }
@@ -114,12 +119,11 @@ size_t chunksOf(size_t bytes) { return (bytes + kShareChunk - 1) / kShareChunk; 
 // Claims the next chunk of message `number` (mod 2^32), or returns `chunks`
 // if none is left or the ring offers another message by now.
 uint64_t claimChunk(std::atomic<uint64_t>& claim, uint64_t number, uint64_t chunks) {
-  const uint64_t want = number & 0xffffffffu;
   uint64_t w = claim.load(std::memory_order_acquire);
   for (;;) {
-    if ((w >> 32) != want || (w & 0xffffffffu) >= chunks) return chunks;
+    if (!sameMessage(w, number) || claimIndex(w) >= chunks) return chunks;
     if (claim.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel, std::memory_order_acquire))
-      return w & 0xffffffffu;
+      return claimIndex(w);
   }
 }
 
@@ -440,7 +444,6 @@ bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
 void ShmTransport::readFromSender(int src, const Inbound& in) {
   ShmRing* rg = ring(rank_, src, Channel::kCollective);
   const PostedRecv& r = *in.recv;
-  const pid_t pid = maps_[src].header()->pid;
   // While `reading` is set the sender keeps its buffer even if the group fails
   // (quiesce); set before the failure check so one of the two sees the other.
   struct Reading {
@@ -449,28 +452,15 @@ void ShmTransport::readFromSender(int src, const Inbound& in) {
   } reading{rg};
   rg->reading.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  auto read = [&](char* to, size_t off, size_t n) {
-    for (size_t got = 0; got < n;) {
-      iovec local{to + got, n - got};
-      iovec remote{reinterpret_cast<void*>(in.senderAddress + off + got), n - got};
-      ssize_t k = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-      if (k <= 0)
-        fail("oreg_ccl: rank " + std::to_string(rank_) + " cannot read " + r.what + " from rank " +
-                 std::to_string(src) + " (pid " + std::to_string(pid) + "): " +
-                 (errno == ESRCH ? std::string("the process exited") : std::strerror(errno)),
-             true);
-      got += static_cast<size_t>(k);
-    }
-  };
   if (r.direct && in.bytes >= 2 * kShareChunk) {
-    readShared(src, rg, in, read);
+    readShared(src, rg, in);
   } else {
     const size_t chunk = r.direct ? (4 << 20) : scratch_.size();
     for (size_t off = 0; off < in.bytes;) {
       checkFailure();  // a failed group's buffers may be gone already
       const size_t n = std::min(in.bytes - off, chunk);
       char* to = r.direct ? r.direct + off : scratch_.data();
-      read(to, off, n);
+      readPeer(src, in, to, off, n);
       if (!r.direct) r.sink(to, off, n);  // chunks are multiples of kPieceAlign
       off += n;
     }
@@ -478,15 +468,29 @@ void ShmTransport::readFromSender(int src, const Inbound& in) {
   rg->acked.fetch_add(1, std::memory_order_release);  // completes the sender's send
 }
 
-void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in,
-                              const std::function<void(char*, size_t, size_t)>& read) {
+void ShmTransport::readPeer(int src, const Inbound& in, char* to, size_t off, size_t n) {
+  const pid_t pid = maps_[src].header()->pid;
+  for (size_t got = 0; got < n;) {
+    iovec local{to + got, n - got};
+    iovec remote{reinterpret_cast<void*>(in.senderAddress + off + got), n - got};
+    ssize_t k = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (k <= 0)
+      fail("oreg_ccl: rank " + std::to_string(rank_) + " cannot read " + in.recv->what +
+               " from rank " + std::to_string(src) + " (pid " + std::to_string(pid) + "): " +
+               (errno == ESRCH ? std::string("the process exited") : std::strerror(errno)),
+           true);
+    got += static_cast<size_t>(k);
+  }
+}
+
+void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in) {
   // This message's number, as the sender counts its single-copy messages.
   const uint64_t number = rg->acked.load(std::memory_order_relaxed) + 1;
   const uint64_t chunks = chunksOf(in.bytes);
   char* dest = in.recv->direct;
   rg->copied.store(0, std::memory_order_relaxed);
   rg->destination.store(reinterpret_cast<uint64_t>(dest), std::memory_order_relaxed);
-  rg->claim.store((number & 0xffffffffu) << 32, std::memory_order_release);
+  rg->claim.store(claimWord(number, 0), std::memory_order_release);
   ring(src);  // a sender waiting for our acknowledgement joins in
   uint64_t ownUnfinished = 0;
   try {
@@ -494,7 +498,7 @@ void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in,
       ownUnfinished = 1;
       checkFailure();  // a failed group's buffers may be gone already
       const size_t off = i * kShareChunk;
-      read(dest + off, off, std::min(kShareChunk, in.bytes - off));
+      readPeer(src, in, dest + off, off, std::min(kShareChunk, in.bytes - off));
       ownUnfinished = 0;
       rg->copied.fetch_add(1, std::memory_order_release);
     }
@@ -522,8 +526,8 @@ void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in,
   } catch (...) {
     // Close the offer, then let a piece the sender is writing into `dest`
     // land (bounded, as in quiesce()) before the destination is given back.
-    const uint64_t w = rg->claim.exchange(((number & 0xffffffffu) << 32) | kOfferClosed);
-    const uint64_t claimed = std::min<uint64_t>(w & 0xffffffffu, chunks);
+    const uint64_t w = rg->claim.exchange(claimWord(number, kOfferClosed));
+    const uint64_t claimed = std::min<uint64_t>(claimIndex(w), chunks);
     const auto until = Clock::now() + std::chrono::seconds(2);
     while (rg->copied.load(std::memory_order_acquire) + ownUnfinished < claimed &&
            Clock::now() < until && processAlive(maps_[src].header()->pid))

@@ -128,8 +128,9 @@ class ShmTransport final : public Transport {
   bool pullRecvs(int src, Channel ch);
   bool startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h);
   void readFromSender(int src, const Inbound& in);
-  void readShared(int src, ShmRing* rg, const Inbound& in,
-                  const std::function<void(char*, size_t, size_t)>& read);
+  // process_vm_readv of bytes [off, off + n) of the sender's payload into `to`.
+  void readPeer(int src, const Inbound& in, char* to, size_t off, size_t n);
+  void readShared(int src, ShmRing* rg, const Inbound& in);
   bool collectAcks(int dst);
   bool writeShare(int dst, ShmRing* rg, const AwaitingAck& a);
   void sleepOnDoorbell(uint32_t bell, Clock::duration timeout);
