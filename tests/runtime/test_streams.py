@@ -73,6 +73,37 @@ def test_event_record_wait_query_synchronize():
     assert torch.equal(y.cpu(), torch.full((10,), 2.0))
 
 
+def test_waiters_for_different_points_of_one_queue_each_wake_at_theirs():
+    # Blocked waiters publish the point they need; the worker wakes them there,
+    # and a woken waiter that needs a later point waits again.
+    import threading
+    s = torch.openreg.Stream()
+    events, woke = [], {}
+    t0 = time.perf_counter()
+    with torch.openreg.stream(s):
+        for _ in range(3):
+            torch.openreg._sleep(150)
+            events.append(s.record_event())
+
+    def wait(i):
+        events[i].synchronize()
+        woke[i] = (time.perf_counter() - t0, [e.query() for e in events])
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in (2, 0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert sorted(woke) == [0, 1, 2]
+    for i in range(3):
+        seconds, done = woke[i]
+        assert done[:i + 1] == [True] * (i + 1), (i, done)
+        assert seconds >= 0.15 * (i + 1) - 0.01, (i, seconds)
+    # the first waiter was not held back until the whole queue drained
+    assert woke[0][0] < woke[2][0]
+    s.synchronize()
+
+
 def test_event_elapsed_time_of_known_kernel():
     start = torch.openreg.Event(enable_timing=True)
     end = torch.openreg.Event(enable_timing=True)

@@ -5,7 +5,10 @@
 // Completion is tracked by sequence numbers: `enqueued` counts launched work,
 // `completed` counts finished work. Waiters spin briefly (cheap when the work
 // is short) and then block on the stream's condition variable, so many streams
-// on few cores never busy-wait for long.
+// on few cores never busy-wait for long. A blocked waiter publishes the
+// sequence number it needs in `wake_at`, and the worker wakes it only once
+// that is reached: a host that waits for a long queue (loss.item() after a
+// training step) is woken once, not after every kernel.
 #include "Internal.h"
 
 #include <atomic>
@@ -19,6 +22,8 @@
 namespace openreg {
 
 struct orStream_st {
+  static constexpr uint64_t kNoWaiter = UINT64_MAX;
+
   int device = 0;
   int priority = 0;
 
@@ -33,7 +38,9 @@ struct orStream_st {
   std::atomic<uint64_t> enqueued{0};
   std::atomic<int64_t> pending{0};  // queue length, readable without the mutex
   std::atomic<uint64_t> completed{0};
-  std::atomic<int> waiters{0};
+  // Lowest sequence number a blocked waiter needs (kNoWaiter: none). Written
+  // under `mutex`; read by the worker after each kernel.
+  std::atomic<uint64_t> wake_at{kNoWaiter};
   std::string first_error;  // GUARDED_BY mutex; sticky like CUDA's errors
   std::atomic<bool> failed{false};
   std::thread worker;
@@ -79,9 +86,12 @@ void orStream_st::run() {
       }
     }
     ran = std::move(kernel);
-    completed.fetch_add(1, std::memory_order_release);
-    if (waiters.load(std::memory_order_acquire) > 0) {
+    // seq_cst increment then load, against the waiter's store then load of
+    // the same two atomics: one of the two sides sees the other's write.
+    uint64_t done = completed.fetch_add(1) + 1;
+    if (done >= wake_at.load()) {
       std::lock_guard<std::mutex> lock(mutex);
+      wake_at.store(kNoWaiter);  // waiters still short of their target re-register
       done_cv.notify_all();
     }
   }
@@ -92,12 +102,12 @@ void orStream_st::waitFor(uint64_t seq) {
     if (completed.load(std::memory_order_acquire) >= seq) return;
     if (i > 100) std::this_thread::yield();
   }
-  waiters.fetch_add(1, std::memory_order_acq_rel);
-  {
-    std::unique_lock<std::mutex> lock(mutex);
-    done_cv.wait(lock, [&] { return completed.load(std::memory_order_acquire) >= seq; });
+  std::unique_lock<std::mutex> lock(mutex);
+  for (;;) {
+    if (seq < wake_at.load()) wake_at.store(seq);
+    if (completed.load() >= seq) return;
+    done_cv.wait(lock);
   }
-  waiters.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 orError orStreamCreate(int device, int priority, orStream* stream) {
