@@ -5,6 +5,7 @@
 
 #include <ATen/ops/zeros.h>
 #include <c10/util/StringUtil.h>
+#include <c10/util/thread_name.h>
 
 #include "Errors.h"
 
@@ -160,7 +161,10 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
   else
     transport_ = ShmTransport::connect(rank, size, rdv);
   spin_ = std::chrono::microseconds(config().spinUsFor(size));
-  worker_ = std::thread([this] { workerLoop(); });
+  worker_ = std::thread([this] {
+    c10::setThreadName("oreg_ccl_" + std::to_string(rank_));
+    workerLoop();
+  });
 }
 
 OregBackend::~OregBackend() { shutdown(); }

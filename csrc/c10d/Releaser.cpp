@@ -1,6 +1,7 @@
 #include "Releaser.h"
 
 #include <Python.h>
+#include <c10/util/thread_name.h>
 #include <pthread.h>
 
 #include <chrono>
@@ -73,7 +74,10 @@ void releaseLater(std::unique_ptr<Garbage> garbage) {
       (void)garbage.release();  // exiting: leak rather than take the GIL here
       return;
     }
-    if (!s.thread.joinable()) s.thread = std::thread([&s] { run(s); });
+    if (!s.thread.joinable()) s.thread = std::thread([&s] {
+        c10::setThreadName("oreg_ccl_free");
+        run(s);
+      });
     wake = s.queue.empty();  // otherwise a wake-up is already on its way
     s.queue.push_back(std::move(garbage));
   }

@@ -165,3 +165,14 @@ def test_kernel_error_is_reported_at_a_later_call(python):
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("raised:")
+
+
+def test_stream_workers_are_named_for_profilers():
+    import glob
+    torch.zeros(1, device="openreg").add_(1)
+    torch.openreg.synchronize()
+    names = set()
+    for path in glob.glob("/proc/self/task/*/comm"):
+        with open(path) as f:
+            names.add(f.read().strip())
+    assert "oreg_stream_0" in names, names

@@ -1,6 +1,7 @@
 #include "ZmqTransport.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/thread_name.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -152,7 +153,10 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
     t->dealers_[p] = d;
     t->monitors_[p] = m;
   }
-  t->io_ = std::thread([raw = t.get()] { raw->ioLoop(); });
+  t->io_ = std::thread([raw = t.get()] {
+    c10::setThreadName("oreg_ccl_zmq");
+    raw->ioLoop();
+  });
 
   // Every link must come up within the group's timeout.
   auto deadline = Clock::now() + timeout;

@@ -11,6 +11,8 @@
 // training step) is woken once, not after every kernel.
 #include "Internal.h"
 
+#include <c10/util/thread_name.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -118,7 +120,12 @@ orError orStreamCreate(int device, int priority, orStream* stream) {
   auto* s = new orStream_st();  // streams live for the process, like CUDA's pools
   s->device = device;
   s->priority = priority;
-  s->worker = std::thread([s] { s->run(); });
+  s->worker = std::thread([s] {
+    // Named like PyTorch's pt_autograd_N threads, so profilers and debuggers
+    // show which thread runs a device's kernels.
+    c10::setThreadName("oreg_stream_" + std::to_string(s->device));
+    s->run();
+  });
   s->worker.detach();
   {
     std::lock_guard<std::mutex> lock(g_registry_mutex);
