@@ -54,7 +54,11 @@ struct orStream_st {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kSpinIterations = 2000;
+// A waiter polls only briefly and without yielding: most waits are for a
+// queue that is far from done (the end of a training step), and a yielding
+// waiter costs the busy threads context switches (measured: DDP x4 on 2
+// cores 2-3% faster than with 2000 polls, the later ones yielding).
+constexpr int kSpinIterations = 100;
 constexpr int kWorkerSpinIterations = 200;
 
 std::mutex g_registry_mutex;
@@ -100,10 +104,8 @@ void orStream_st::run() {
 }
 
 void orStream_st::waitFor(uint64_t seq) {
-  for (int i = 0; i < kSpinIterations; ++i) {
+  for (int i = 0; i < kSpinIterations; ++i)
     if (completed.load(std::memory_order_acquire) >= seq) return;
-    if (i > 100) std::this_thread::yield();
-  }
   std::unique_lock<std::mutex> lock(mutex);
   for (;;) {
     if (seq < wake_at.load()) wake_at.store(seq);
