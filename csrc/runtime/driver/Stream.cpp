@@ -162,7 +162,12 @@ orError orLaunchKernel(orStream stream, std::function<void()> kernel,
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
   if (stream->failed.load(std::memory_order_relaxed)) return orErrorLaunchFailure;
-  std::vector<std::function<void()>> finished;
+  // The worker's list of finished kernels is swapped for an empty one that
+  // keeps its capacity (this thread's spare), so neither side allocates per
+  // launch. Taken out of the thread_local first: destroying a kernel may
+  // launch again on this thread.
+  static thread_local std::vector<std::function<void()>> spare;
+  std::vector<std::function<void()>> finished = std::move(spare);
   {
     std::lock_guard<std::mutex> lock(stream->mutex);
     finished.swap(stream->finished);
@@ -171,6 +176,8 @@ orError orLaunchKernel(orStream stream, std::function<void()> kernel,
     stream->enqueued.fetch_add(1, std::memory_order_relaxed);
   }
   stream->work_cv.notify_one();
+  finished.clear();
+  if (finished.capacity() > spare.capacity()) spare = std::move(finished);
   return orSuccess;
 }
 
