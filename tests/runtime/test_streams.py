@@ -89,7 +89,7 @@ def test_waiters_for_different_points_of_one_queue_each_wake_at_theirs():
         events[i].synchronize()
         woke[i] = (time.perf_counter() - t0, [e.query() for e in events])
 
-    threads = [threading.Thread(target=wait, args=(i,)) for i in (2, 0, 1)]
+    threads = [threading.Thread(target=wait, args=(i,), daemon=True) for i in (2, 0, 1)]
     for t in threads:
         t.start()
     for t in threads:
@@ -162,9 +162,16 @@ def test_kernel_error_is_reported_at_a_later_call(python):
             torch.openreg.synchronize()
         except RuntimeError as e:
             print("raised:", e)
+        ev = torch.openreg.Event()
+        ev.record()
+        try:
+            ev.synchronize()
+        except RuntimeError as e:
+            print("event raised:", e)
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("raised:")
+    assert "event raised:" in r.stdout, r.stdout
 
 
 def test_stream_workers_are_named_for_profilers():

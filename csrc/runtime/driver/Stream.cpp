@@ -296,8 +296,10 @@ orError orEventSynchronize(orEvent event) {
   OR_RETURN_IF_FORKED();
   if (!event) return orErrorInvalidValue;
   auto record = event->current();
-  if (record) record->stream->waitFor(record->seq);
-  return orSuccess;
+  if (!record) return orSuccess;
+  record->stream->waitFor(record->seq);
+  // Sticky, as cudaEventSynchronize reports an earlier kernel's failure.
+  return record->stream->failed.load() ? orErrorLaunchFailure : orSuccess;
 }
 
 orError orEventElapsedTime(float* ms, orEvent start, orEvent end) {
