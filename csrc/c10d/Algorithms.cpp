@@ -265,6 +265,7 @@ void reduceScatter(Collective& c, const void* in, void* out, size_t count, c10::
 }
 
 void reduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, ReduceKind op, int root) {
+  if (c.topology) return reduceHierarchical(c, buf, count, dtype, op, root);
   // At two ranks the root reduces half either way (measured: no gain).
   if (c.size() > 2 && count * c10::elementSize(dtype) > config().oneShotBytes)
     return reduceScatterGather(c, buf, count, dtype, op, root);

@@ -36,6 +36,9 @@
 //      network stream, 2 (H-1)/H of its part each), all-gather within the host.
 //  broadcast: the root sends once to each other host's first rank, then each
 //      host broadcasts over shared memory.
+//  reduce: each host reduces to one rank over shared memory (the root on its
+//      host, the first rank elsewhere), then those reduce to the root over
+//      the network: one buffer per remote host crosses, not one per rank.
 //  allgather, same rank count on every host: exchange blocks within the
 //      column (the ranks with this local index, one per host) over the
 //      network, then hand the column's blocks to every local peer. Each rank
@@ -117,6 +120,8 @@ void allreduceRecursiveDoubling(Collective& c, void* buf, size_t count, c10::Sca
 void allreduceHierarchical(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
                            ReduceKind op);
 void broadcastHierarchical(Collective& c, void* buf, size_t bytes, int root);
+void reduceHierarchical(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
+                        ReduceKind op, int root);
 void allgatherHierarchical(Collective& c, const void* in, void* out, size_t bytes);
 void reduceScatterHierarchical(Collective& c, const void* in, void* out, size_t count,
                                c10::ScalarType dtype, ReduceKind op);

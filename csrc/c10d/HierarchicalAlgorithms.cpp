@@ -66,6 +66,36 @@ void broadcastHierarchical(Collective& c, void* buf, size_t bytes, int root) {
   c.waitAll(sends);
 }
 
+void reduceHierarchical(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
+                        ReduceKind op, int root) {
+  const Topology& t = *c.topology;
+  const int rootHost = t.hostOf[root];
+  // Each host reduces to one rank over shared memory (the root on its own
+  // host, the first rank elsewhere); those then reduce to the root over the
+  // network.
+  std::vector<int> leaders;
+  for (size_t h = 0; h < t.hosts.size(); ++h)
+    leaders.push_back(int(h) == rootHost ? root : t.hosts[h][0]);
+  const int leader = leaders[t.host()];
+  // reduce leaves every buffer but the root's unchanged: another host's
+  // leader sums its host into a copy of its own (alone on its host, it only
+  // sends, as reduce's non-root ranks do).
+  std::vector<char> copy;
+  void* acc = buf;
+  if (c.rank() == leader && leader != root && t.localRanks().size() > 1) {
+    const char* b = static_cast<const char*>(buf);
+    copy.assign(b, b + count * c10::elementSize(dtype));
+    acc = copy.data();
+  }
+  TransportView local(c.transport, t.localRanks());
+  Collective lc = c.on(local);
+  reduce(lc, acc, count, dtype, op, t.localIndex(leader));
+  if (c.rank() != leader) return;
+  TransportView across(c.transport, leaders);
+  Collective xc = c.on(across);
+  reduce(xc, acc, count, dtype, op, rootHost);
+}
+
 void allgatherHierarchical(Collective& c, const void* in, void* out, size_t bytes) {
   const Topology& t = *c.topology;
   const int r = c.rank();

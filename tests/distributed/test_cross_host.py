@@ -65,6 +65,25 @@ def test_small_allreduce_across_five_hosts(tmp_path):
     spawn(allreduce_across_many_hosts, 5, tmp_path, timeout=200, host_of=(0, 1, 2, 3, 4))
 
 
+def large_reduce_across_hosts(rank, n):
+    # Each host reduces to one rank (the root on its host, the first rank
+    # elsewhere), those reduce to the root over the network; above 64 KiB both
+    # steps are reduce-scatter + gather. The root is first, last and in the
+    # middle of its host; every other rank's buffer stays as it was.
+    for device in [torch.device("cpu"), torch.device("openreg", rank)]:
+        for dst in range(n):
+            ins = [make(r, (100_003,), torch.float32, 40 + r + dst) for r in range(n)]
+            t = ins[rank].to(device, copy=True)
+            dist.reduce(t, dst=dst, op=ReduceOp.SUM)
+            check(t, reference(ins, "SUM", torch.float32) if rank == dst else ins[rank],
+                  f"reduce to {dst} across hosts")
+
+
+@pytest.mark.parametrize("hosts", [(0, 1, 1, 0, 0, 1), (0, 1, 2)], ids=["2x3-interleaved", "3x1"])
+def test_large_reduce_across_hosts(tmp_path, hosts):
+    spawn(large_reduce_across_hosts, len(hosts), tmp_path, timeout=120, host_of=hosts)
+
+
 def p2p_across_hosts(rank, n):
     p2p(rank, n, any_source=False)
     # Like NCCL: no receive from any source when the group spans hosts.
