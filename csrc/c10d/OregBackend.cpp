@@ -528,6 +528,9 @@ c10::intrusive_ptr<c10d::Backend> OregBackend::split(
     const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
   auto it = std::find(ranks.begin(), ranks.end(), getRank());
   if (it == ranks.end()) return nullptr;  // this rank is in none of the new groups
+  const std::string groupName = opts ? opts->group_name : std::string();
+  if (!groupName.empty() && groupName == lastSplitName_)
+    if (auto same = lastSplit_.lock()) return same;  // another device type of the same group
   auto o = c10::make_intrusive<Options>(opts ? opts->timeout : options_->timeout);
   if (opts) {
     o->group_name = opts->group_name;
@@ -540,8 +543,11 @@ c10::intrusive_ptr<c10d::Backend> OregBackend::split(
   std::string name = std::to_string(splitCount_++) + "/";
   for (int r : ranks) name += std::to_string(r) + ",";
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("oreg_ccl_split/" + name, store);
-  return c10::make_intrusive<OregBackend>(prefixed, static_cast<int>(it - ranks.begin()),
-                                          static_cast<int>(ranks.size()), o);
+  c10::intrusive_ptr<c10d::Backend> backend = c10::make_intrusive<OregBackend>(
+      prefixed, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), o);
+  lastSplitName_ = groupName;
+  lastSplit_ = backend;
+  return backend;
 }
 
 void OregBackend::shutdown() {
@@ -577,6 +583,7 @@ OregBackend::NetworkInfo OregBackend::networkInfo() const {
   NetworkInfo info;
   info.topology = topology_.describe();
   info.hostCount = static_cast<int>(topology_.hosts.size());
+  info.splits = splitCount_;
   if (auto* routed = dynamic_cast<RoutedTransport*>(transport_.get())) {
     info.endpoint = routed->zmq().endpoint(getRank());
     info.groupId = routed->zmq().groupId();

@@ -148,6 +148,7 @@ class OregBackend final : public c10d::Backend {
     uint64_t rejected = 0;     // messages dropped as not belonging to the group
     bool singleCopy = false;   // same-host messages read straight from the sender (ShmTransport.h)
     uint64_t sharedChunksWritten = 0;  // of peers' shared copies, by this rank (ShmTransport.h)
+    uint64_t splits = 0;       // backends split() built from this one
   };
   NetworkInfo networkInfo() const;
 
@@ -221,6 +222,11 @@ class OregBackend final : public c10d::Backend {
   std::shared_ptr<Transport> transport_;
   uint64_t seq_ = 0;  // collectives issued (caller thread)
   uint64_t splitCount_ = 0;
+  // The last split, by group name: c10d's splitGroup calls split() once per
+  // device type the group serves (cpu and openreg) with the same name, and
+  // keeps one backend for both, as the parent has.
+  std::string lastSplitName_;
+  c10::weak_intrusive_ptr<c10d::Backend> lastSplit_{c10::intrusive_ptr<c10d::Backend>()};
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<OregWork>> coalesced_;
 

@@ -4,7 +4,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from _harness import spawn
+from _harness import info_of, spawn
 
 
 def stream_order(rank, n):
@@ -192,11 +192,15 @@ def groups(rank, n):
     dist.all_reduce(t, group=sub)
     base = rank - rank % 2
     assert torch.equal(t.cpu(), torch.full((3,), float(2 * base + 1)))
-    # split_group (needs supportsSplitting, split() and .options).
+    # split_group (needs supportsSplitting, split() and .options). c10d asks
+    # for one split per device type; one backend serves both, as the parent.
+    splits = info_of()["splits"]
     sg = dist.split_group(split_ranks=[[0, 3], [1, 2]])
-    t = torch.ones(2, device=dev)
-    dist.all_reduce(t, group=sg)
-    assert torch.equal(t.cpu(), torch.full((2,), 2.0))
+    assert info_of()["splits"] == splits + 1
+    assert sg._get_backend(torch.device("cpu")) is sg._get_backend(dev)
+    for t in (torch.ones(2, device=dev), torch.ones(2)):
+        dist.all_reduce(t, group=sg)
+        assert torch.equal(t.cpu(), torch.full((2,), 2.0))
     # A 2 x 2 DeviceMesh splits the default group.
     from torch.distributed.device_mesh import init_device_mesh
 
