@@ -204,7 +204,9 @@ def groups(rank, n):
     # A 2 x 2 DeviceMesh splits the default group.
     from torch.distributed.device_mesh import init_device_mesh
 
+    splits = info_of()["splits"]
     mesh = init_device_mesh("openreg", (2, 2), mesh_dim_names=("dp", "tp"))
+    assert info_of()["splits"] == splits + 2  # one group per mesh dimension
     for dim in ("dp", "tp"):
         t = torch.full((2,), float(rank), device=dev)
         dist.all_reduce(t, group=mesh.get_group(dim))
