@@ -528,24 +528,30 @@ c10::intrusive_ptr<c10d::Backend> OregBackend::split(
     const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
   auto it = std::find(ranks.begin(), ranks.end(), getRank());
   if (it == ranks.end()) return nullptr;  // this rank is in none of the new groups
-  const std::string groupName = opts ? opts->group_name : std::string();
-  if (!groupName.empty() && groupName == lastSplitName_)
-    if (auto same = lastSplit_.lock()) return same;  // another device type of the same group
+  // c10d's splitGroup calls split() once per device type the parent serves
+  // (cpu and openreg), with the store it made for that one call: one backend
+  // serves them all, as the parent does. (Keyed on the store object, not the
+  // group name: a name comes back once its group is destroyed.)
+  if (lastSplitStore_.lock().get() == store.get())
+    if (auto same = lastSplit_.lock())
+      if (!static_cast<OregBackend*>(same.get())->isShutDown()) return same;
   auto o = c10::make_intrusive<Options>(opts ? opts->timeout : options_->timeout);
   if (opts) {
     o->group_name = opts->group_name;
     o->group_desc = opts->group_desc;
     o->global_ranks_in_group = opts->global_ranks_in_group;
   }
-  // c10d hands every split the parent's store: give each new group its own
-  // key space. Every rank of the parent calls split() once per split_group,
-  // so (split count, member ranks) names the group identically on its members.
-  std::string name = std::to_string(splitCount_++) + "/";
+  // A key space named by the members only, identical on each of them (a
+  // split's non-members may not call split() at all). Another group of the
+  // same ranks, now or after this one is destroyed, is told apart by the
+  // constructor's per-incarnation rendezvous (attemptPrefix).
+  std::string name;
   for (int r : ranks) name += std::to_string(r) + ",";
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("oreg_ccl_split/" + name, store);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("oreg_ccl_split/" + name + "/", store);
   c10::intrusive_ptr<c10d::Backend> backend = c10::make_intrusive<OregBackend>(
       prefixed, static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()), o);
-  lastSplitName_ = groupName;
+  ++splitsBuilt_;
+  lastSplitStore_ = store;
   lastSplit_ = backend;
   return backend;
 }
@@ -579,11 +585,16 @@ void OregBackend::shutdown() {
   for (auto& op : left) op.work->complete(error);  // on the caller's thread
 }
 
+bool OregBackend::isShutDown() {
+  std::lock_guard<std::mutex> g(mutex_);
+  return shutDown_;
+}
+
 OregBackend::NetworkInfo OregBackend::networkInfo() const {
   NetworkInfo info;
   info.topology = topology_.describe();
   info.hostCount = static_cast<int>(topology_.hosts.size());
-  info.splits = splitCount_;
+  info.splits = splitsBuilt_;
   if (auto* routed = dynamic_cast<RoutedTransport*>(transport_.get())) {
     info.endpoint = routed->zmq().endpoint(getRank());
     info.groupId = routed->zmq().groupId();

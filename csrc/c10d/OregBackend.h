@@ -151,6 +151,8 @@ class OregBackend final : public c10d::Backend {
     uint64_t splits = 0;       // backends split() built from this one
   };
   NetworkInfo networkInfo() const;
+  // shutdown() or abort() was called.
+  bool isShutDown();
 
  private:
   // What enqueue takes from a call's c10d options.
@@ -221,11 +223,9 @@ class OregBackend final : public c10d::Backend {
   std::string storePrefix_;  // unique to this incarnation of the group (see attemptPrefix)
   std::shared_ptr<Transport> transport_;
   uint64_t seq_ = 0;  // collectives issued (caller thread)
-  uint64_t splitCount_ = 0;
-  // The last split, by group name: c10d's splitGroup calls split() once per
-  // device type the group serves (cpu and openreg) with the same name, and
-  // keeps one backend for both, as the parent has.
-  std::string lastSplitName_;
+  uint64_t splitsBuilt_ = 0;
+  // The last split and the store c10d passed for it (see split()).
+  c10::weak_intrusive_ptr<c10d::Store> lastSplitStore_{c10::intrusive_ptr<c10d::Store>()};
   c10::weak_intrusive_ptr<c10d::Backend> lastSplit_{c10::intrusive_ptr<c10d::Backend>()};
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<OregWork>> coalesced_;

@@ -201,6 +201,14 @@ def groups(rank, n):
     for t in (torch.ones(2, device=dev), torch.ones(2)):
         dist.all_reduce(t, group=sg)
         assert torch.equal(t.cpu(), torch.full((2,), 2.0))
+    # The same ranks again after destroying their group, while the old
+    # object is still referenced: a new backend, not the shut-down one.
+    old = dist.split_group(split_ranks=[[0, 1], [2, 3]])
+    dist.destroy_process_group(old)
+    again = dist.split_group(split_ranks=[[0, 1], [2, 3]])
+    t = torch.ones(2, device=dev)
+    dist.all_reduce(t, group=again)
+    assert torch.equal(t.cpu(), torch.full((2,), 2.0))
     # A 2 x 2 DeviceMesh splits the default group.
     from torch.distributed.device_mesh import init_device_mesh
 
