@@ -10,8 +10,8 @@ within one), and gloo uses TCP as always: the cross-host comparison.
 For every collective and size, each rank times 5 batches of calls (~20 ms each,
 after a warm-up); per batch the slowest rank's average counts, and the median
 batch is reported. algbw = size / time; busbw applies
-nccl-tests' factors (allreduce 2(n-1)/n, allgather / reduce-scatter / alltoall
-(n-1)/n, broadcast / reduce 1), so it is comparable across world sizes.
+nccl-tests' factors (allreduce 2(n-1)/n, allgather / reduce-scatter / alltoall /
+gather / scatter (n-1)/n, broadcast / reduce / sendrecv 1), so it is comparable across world sizes.
 Both backends move CPU tensors (gloo has no openreg support), over one
 process group each, in the same processes. The footer prints memcpy bandwidth
 measured in the same run and the ratios the issue asks about.
@@ -35,6 +35,9 @@ COLLECTIVES = {
     "all_to_all": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "sendrecv": lambda n: 1.0,
 }
 
 
@@ -61,8 +64,27 @@ def make_op(name, nbytes, n, group):
     if name == "broadcast":
         t = torch.ones(count)
         return lambda: dist.broadcast(t, src=0, group=group)
-    t = torch.ones(count)
-    return lambda: dist.reduce(t, dst=0, group=group)
+    if name == "reduce":
+        t = torch.ones(count)
+        return lambda: dist.reduce(t, dst=0, group=group)
+    rank = dist.get_rank(group)
+    if name == "gather":
+        inp = torch.ones(count // n)
+        outs = [torch.empty(count // n) for _ in range(n)] if rank == 0 else None
+        return lambda: dist.gather(inp, outs, dst=0, group=group)
+    if name == "scatter":
+        out = torch.empty(count // n)
+        ins = [torch.ones(count // n) for _ in range(n)] if rank == 0 else None
+        return lambda: dist.scatter(out, ins, src=0, group=group)
+    # sendrecv: every rank sends `nbytes` to the next and receives as much
+    # from the previous one, at once (nccl-tests' sendrecv).
+    send, recv = torch.ones(count), torch.empty(count)
+    nxt, prev = (rank + 1) % n, (rank - 1) % n
+
+    def sendrecv():
+        for req in (dist.isend(send, nxt, group=group), dist.irecv(recv, prev, group=group)):
+            req.wait()
+    return sendrecv
 
 
 def timed(fn, group, reps=5):

@@ -292,23 +292,23 @@ void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffs
   c.waitAll(reqs);
 }
 
-void gather(Collective& c, const void* in, void* out, size_t bytes, int root) {
+void gather(Collective& c, const void* in, const std::vector<char*>& blocks, size_t bytes,
+            int root) {
   if (c.rank() != root) return c.wait(c.send(root, in, bytes));
-  char* o = static_cast<char*>(out);
-  std::memcpy(o + root * bytes, in, bytes);
+  if (bytes) std::memmove(blocks[root], in, bytes);  // the root's input may be its own block
   std::vector<RequestPtr> recvs;
   for (int q = 0; q < c.size(); ++q)
-    if (q != root) recvs.push_back(c.recvInto(q, o + q * bytes, bytes));
+    if (q != root) recvs.push_back(c.recvInto(q, blocks[q], bytes));
   c.waitAll(recvs);
 }
 
-void scatter(Collective& c, const void* in, void* out, size_t bytes, int root) {
+void scatter(Collective& c, const std::vector<const char*>& blocks, void* out, size_t bytes,
+             int root) {
   if (c.rank() != root) return c.wait(c.recvInto(root, out, bytes));
-  const char* i = static_cast<const char*>(in);
-  std::memcpy(out, i + root * bytes, bytes);
+  if (bytes) std::memmove(out, blocks[root], bytes);
   std::vector<RequestPtr> sends;
   for (int p = 0; p < c.size(); ++p)
-    if (p != root) sends.push_back(c.send(p, i + p * bytes, bytes));
+    if (p != root) sends.push_back(c.send(p, blocks[p], bytes));
   c.waitAll(sends);
 }
 

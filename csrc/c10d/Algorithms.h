@@ -137,10 +137,12 @@ void reduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, Reduc
 void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffsets,
               const std::vector<size_t>& sendBytes, char* out,
               const std::vector<size_t>& recvOffsets, const std::vector<size_t>& recvBytes);
-// `out` (n blocks) is only used on the root.
-void gather(Collective& c, const void* in, void* out, size_t bytes, int root);
-// `in` (n blocks) is only used on the root.
-void scatter(Collective& c, const void* in, void* out, size_t bytes, int root);
+// `blocks[q]` receives rank q's `bytes` (only used on the root).
+void gather(Collective& c, const void* in, const std::vector<char*>& blocks, size_t bytes,
+            int root);
+// Rank q receives `blocks[q]` (only used on the root).
+void scatter(Collective& c, const std::vector<const char*>& blocks, void* out, size_t bytes,
+             int root);
 void barrier(Collective& c);
 
 }  // namespace openreg::ccl

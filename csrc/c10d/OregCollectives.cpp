@@ -50,6 +50,31 @@ void unpack(const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
     if (each) hostView(parts[p]).copy_(flat.narrow(0, p * each, each).view(parts[p].sizes()));
 }
 
+// Every part's memory as one block, so gather and scatter move data straight
+// between the ranks' tensors; empty if a part is not contiguous or two parts
+// overlap (then they go through a packed copy, in rank order).
+std::vector<char*> blocksOf(const std::vector<at::Tensor>& parts) {
+  std::vector<std::pair<char*, size_t>> spans;
+  for (const at::Tensor& p : parts) {
+    at::Tensor h = hostView(p);
+    if (!h.is_contiguous()) return {};
+    spans.emplace_back(static_cast<char*>(h.data_ptr()), h.nbytes());
+  }
+  std::vector<char*> blocks;
+  for (const auto& s : spans) blocks.push_back(s.first);
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    if (spans[i - 1].second && spans[i - 1].first + spans[i - 1].second > spans[i].first) return {};
+  return blocks;
+}
+
+std::vector<char*> blocksOfFlat(const at::Tensor& flat, size_t parts) {
+  std::vector<char*> blocks;
+  size_t each = parts ? flat.nbytes() / parts : 0;
+  for (size_t p = 0; p < parts; ++p) blocks.push_back(static_cast<char*>(flat.data_ptr()) + p * each);
+  return blocks;
+}
+
 // Sparse COO allreduce (SUM, as gloo): every rank gathers every rank's
 // coalesced indices and values (padded to the largest nnz) and adds them in
 // rank order, so all ranks end with the same tensor, which replaces `t`'s
@@ -282,12 +307,17 @@ c10::intrusive_ptr<c10d::Work> OregBackend::gather(std::vector<std::vector<at::T
                  [in = forWorker(in), outs = forWorker(outs), root](Collective& c) {
                    Staged s = stage(in, in.scalar_type(), true);
                    at::Tensor flat;
-                   if (c.rank() == root)
-                     flat = at::empty({in.numel() * c.size()},
-                                      at::TensorOptions().dtype(in.scalar_type()));
-                   ccl::gather(c, s.buf.data_ptr(), flat.defined() ? flat.data_ptr() : nullptr,
-                          bytesOf(s.buf), root);
-                   if (c.rank() == root) unpack(flat, outs);
+                   std::vector<char*> blocks;
+                   if (c.rank() == root) {
+                     blocks = blocksOf(outs);
+                     if (blocks.empty()) {
+                       flat = at::empty({in.numel() * c.size()},
+                                        at::TensorOptions().dtype(in.scalar_type()));
+                       blocks = blocksOfFlat(flat, c.size());
+                     }
+                   }
+                   ccl::gather(c, s.buf.data_ptr(), blocks, bytesOf(s.buf), root);
+                   if (flat.defined()) unpack(flat, outs);
                  });
 }
 
@@ -312,10 +342,17 @@ c10::intrusive_ptr<c10d::Work> OregBackend::scatter(std::vector<at::Tensor>& out
                  ins, {out}, callOf(opts),
                  [out = forWorker(out), ins = forWorker(ins), root](Collective& c) {
                    at::Tensor flat;
-                   if (c.rank() == root) flat = packed(ins, out.scalar_type());
+                   std::vector<char*> blocks;
+                   if (c.rank() == root) {
+                     blocks = blocksOf(ins);
+                     if (blocks.empty()) {
+                       flat = packed(ins, out.scalar_type());
+                       blocks = blocksOfFlat(flat, c.size());
+                     }
+                   }
                    Staged s = stage(out, out.scalar_type(), false);
-                   ccl::scatter(c, flat.defined() ? flat.data_ptr() : nullptr, s.buf.data_ptr(),
-                           bytesOf(s.buf), root);
+                   ccl::scatter(c, {blocks.begin(), blocks.end()}, s.buf.data_ptr(),
+                                bytesOf(s.buf), root);
                    unstage(s);
                  });
 }

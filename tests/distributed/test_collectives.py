@@ -329,3 +329,45 @@ def test_single_copy_every_collective_and_large_messages(tmp_path, world_size):
 
 def test_large_messages_through_the_ring_only(tmp_path):
     spawn(large_messages, 3, tmp_path, False, timeout=200, env={"OREG_CCL_SINGLE_COPY_BYTES": "0"})
+
+
+def gather_scatter_tensors(rank, n):
+    # Contiguous list tensors are written and read in place (from 1 MiB with
+    # the shared copy); strided ones go through a packed buffer; the root's own
+    # block may be its input or output tensor itself. Root: the last rank.
+    root = n - 1
+    for device in [torch.device("cpu"), torch.device("openreg", rank)]:
+        for numel in (5, 300_001):
+            blocks = [make(r, (numel,), torch.float32, 60) for r in range(n)]
+            for layout in ("contiguous", "strided", "own block aliased"):
+                if rank != root:
+                    outs = None
+                elif layout == "strided":
+                    outs = [torch.zeros(numel, 2, device=device)[:, 1] for _ in range(n)]
+                else:
+                    outs = [torch.zeros(numel, device=device) for _ in range(n)]
+                mine = blocks[rank].to(device, copy=True)
+                if rank == root and layout == "own block aliased":
+                    outs[root].copy_(mine)
+                    mine = outs[root]
+                dist.gather(mine, outs, dst=root)
+                if rank == root:
+                    for r in range(n):
+                        check(outs[r], blocks[r], f"gather {layout} {numel} from {r}")
+                ins = None
+                if rank == root:
+                    if layout == "strided":
+                        ins = [torch.zeros(numel, 2, device=device)[:, 0] for _ in range(n)]
+                        for r in range(n):
+                            ins[r].copy_(blocks[r])
+                    else:
+                        ins = [b.to(device, copy=True) for b in blocks]
+                out = torch.zeros(numel, device=device)
+                if rank == root and layout == "own block aliased":
+                    out = ins[root]
+                dist.scatter(out, ins, src=root)
+                check(out, blocks[rank], f"scatter {layout} {numel}")
+
+
+def test_gather_scatter_in_place_and_packed(tmp_path):
+    spawn(gather_scatter_tensors, 3, tmp_path, timeout=120)
