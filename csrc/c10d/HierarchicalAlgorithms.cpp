@@ -73,9 +73,8 @@ void reduceHierarchical(Collective& c, void* buf, size_t count, c10::ScalarType 
   // Each host reduces to one rank over shared memory (the root on its own
   // host, the first rank elsewhere); those then reduce to the root over the
   // network.
-  std::vector<int> leaders;
-  for (size_t h = 0; h < t.hosts.size(); ++h)
-    leaders.push_back(int(h) == rootHost ? root : t.hosts[h][0]);
+  std::vector<int> leaders = t.leaders();
+  leaders[rootHost] = root;
   const int leader = leaders[t.host()];
   // reduce leaves every buffer but the root's unchanged: another host's
   // leader sums its host into a copy of its own (alone on its host, it only

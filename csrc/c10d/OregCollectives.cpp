@@ -50,28 +50,31 @@ void unpack(const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
     if (each) hostView(parts[p]).copy_(flat.narrow(0, p * each, each).view(parts[p].sizes()));
 }
 
-// Every part's memory as one block, so gather and scatter move data straight
-// between the ranks' tensors; empty if a part is not contiguous or two parts
-// overlap (then they go through a packed copy, in rank order).
-std::vector<char*> blocksOf(const std::vector<at::Tensor>& parts) {
+// The root's block per rank for gather (`load` false) and scatter (true): the
+// parts themselves when each is contiguous and none overlaps another, so data
+// moves straight between the ranks' tensors; else consecutive blocks of `flat`,
+// a packed copy (scatter) or a buffer the caller unpacks (gather), in rank order.
+std::vector<char*> rootBlocks(const std::vector<at::Tensor>& parts, c10::ScalarType dtype,
+                              bool load, at::Tensor& flat) {
   std::vector<std::pair<char*, size_t>> spans;
   for (const at::Tensor& p : parts) {
     at::Tensor h = hostView(p);
-    if (!h.is_contiguous()) return {};
+    if (!h.is_contiguous()) break;
     spans.emplace_back(static_cast<char*>(h.data_ptr()), h.nbytes());
   }
   std::vector<char*> blocks;
   for (const auto& s : spans) blocks.push_back(s.first);
   std::sort(spans.begin(), spans.end());
-  for (size_t i = 1; i < spans.size(); ++i)
-    if (spans[i - 1].second && spans[i - 1].first + spans[i - 1].second > spans[i].first) return {};
-  return blocks;
-}
-
-std::vector<char*> blocksOfFlat(const at::Tensor& flat, size_t parts) {
-  std::vector<char*> blocks;
-  size_t each = parts ? flat.nbytes() / parts : 0;
-  for (size_t p = 0; p < parts; ++p) blocks.push_back(static_cast<char*>(flat.data_ptr()) + p * each);
+  bool direct = spans.size() == parts.size();
+  for (size_t i = 1; direct && i < spans.size(); ++i)
+    direct = !spans[i - 1].second || spans[i - 1].first + spans[i - 1].second <= spans[i].first;
+  if (direct) return blocks;
+  const int64_t each = parts[0].numel();
+  flat = load ? packed(parts, dtype)
+              : at::empty({int64_t(parts.size()) * each}, at::TensorOptions().dtype(dtype));
+  blocks.clear();
+  for (size_t p = 0; p < parts.size(); ++p)
+    blocks.push_back(static_cast<char*>(flat.data_ptr()) + p * each * flat.element_size());
   return blocks;
 }
 
@@ -308,14 +311,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::gather(std::vector<std::vector<at::T
                    Staged s = stage(in, in.scalar_type(), true);
                    at::Tensor flat;
                    std::vector<char*> blocks;
-                   if (c.rank() == root) {
-                     blocks = blocksOf(outs);
-                     if (blocks.empty()) {
-                       flat = at::empty({in.numel() * c.size()},
-                                        at::TensorOptions().dtype(in.scalar_type()));
-                       blocks = blocksOfFlat(flat, c.size());
-                     }
-                   }
+                   if (c.rank() == root) blocks = rootBlocks(outs, in.scalar_type(), false, flat);
                    ccl::gather(c, s.buf.data_ptr(), blocks, bytesOf(s.buf), root);
                    if (flat.defined()) unpack(flat, outs);
                  });
@@ -343,13 +339,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::scatter(std::vector<at::Tensor>& out
                  [out = forWorker(out), ins = forWorker(ins), root](Collective& c) {
                    at::Tensor flat;
                    std::vector<char*> blocks;
-                   if (c.rank() == root) {
-                     blocks = blocksOf(ins);
-                     if (blocks.empty()) {
-                       flat = packed(ins, out.scalar_type());
-                       blocks = blocksOfFlat(flat, c.size());
-                     }
-                   }
+                   if (c.rank() == root) blocks = rootBlocks(ins, out.scalar_type(), true, flat);
                    Staged s = stage(out, out.scalar_type(), false);
                    ccl::scatter(c, {blocks.begin(), blocks.end()}, s.buf.data_ptr(),
                                 bytesOf(s.buf), root);

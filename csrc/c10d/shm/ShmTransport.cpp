@@ -426,11 +426,7 @@ bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
         iovec local{const_cast<char*>(a.data) + off + put, piece};
         iovec remote{to + put, piece};
         ssize_t k = process_vm_writev(pid, &local, 1, &remote, 1, 0);
-        if (k <= 0)
-          fail("oreg_ccl: rank " + std::to_string(rank_) + " cannot write to rank " +
-                   std::to_string(dst) + " (pid " + std::to_string(pid) + "): " +
-                   (errno == ESRCH ? std::string("the process exited") : std::strerror(errno)),
-               true);
+        if (k <= 0) failPeerIo(errno, "write to", dst, pid);
         put += static_cast<size_t>(k);
       }
     }
@@ -468,17 +464,20 @@ void ShmTransport::readFromSender(int src, const Inbound& in) {
   rg->acked.fetch_add(1, std::memory_order_release);  // completes the sender's send
 }
 
+void ShmTransport::failPeerIo(int err, const std::string& action, int peer, pid_t pid) {
+  fail("oreg_ccl: rank " + std::to_string(rank_) + " cannot " + action + " rank " +
+           std::to_string(peer) + " (pid " + std::to_string(pid) + "): " +
+           (err == ESRCH ? std::string("the process exited") : std::strerror(err)),
+       true);
+}
+
 void ShmTransport::readPeer(int src, const Inbound& in, char* to, size_t off, size_t n) {
   const pid_t pid = maps_[src].header()->pid;
   for (size_t got = 0; got < n;) {
     iovec local{to + got, n - got};
     iovec remote{reinterpret_cast<void*>(in.senderAddress + off + got), n - got};
     ssize_t k = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (k <= 0)
-      fail("oreg_ccl: rank " + std::to_string(rank_) + " cannot read " + in.recv->what +
-               " from rank " + std::to_string(src) + " (pid " + std::to_string(pid) + "): " +
-               (errno == ESRCH ? std::string("the process exited") : std::strerror(errno)),
-           true);
+    if (k <= 0) failPeerIo(errno, "read " + in.recv->what + " from", src, pid);
     got += static_cast<size_t>(k);
   }
 }

@@ -128,6 +128,8 @@ class ShmTransport final : public Transport {
   bool pullRecvs(int src, Channel ch);
   bool startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h);
   void readFromSender(int src, const Inbound& in);
+  // Fails the group: process_vm_readv/writev to `peer` failed with `err`.
+  [[noreturn]] void failPeerIo(int err, const std::string& action, int peer, pid_t pid);
   // process_vm_readv of bytes [off, off + n) of the sender's payload into `to`.
   void readPeer(int src, const Inbound& in, char* to, size_t off, size_t n);
   void readShared(int src, ShmRing* rg, const Inbound& in);
