@@ -225,7 +225,11 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                  },
                  inputs, outputs);
   }
-  if (!call.asyncOp && device < 0 && !op.post && !coalescing_ && runInline(op)) return work;
+  // Host tensors on an idle group: a synchronous collective runs on the
+  // caller's thread, and a send or receive is posted from it (a send that
+  // fits the ring completes right here; the worker only drives what stays
+  // in flight).
+  if (device < 0 && !coalescing_ && (op.post || !call.asyncOp) && runInline(op)) return work;
   {
     std::lock_guard<std::mutex> g(mutex_);
     queue_.push_back(std::move(op));
@@ -243,42 +247,53 @@ bool OregBackend::runInline(Op& op) {
     // The worker owns the transport while it runs an op or drives p2p
     // requests; otherwise it is parked on cv_ and the caller may borrow it
     // (mutex_ orders the two threads' uses of the transport).
-    if (running_ || !queue_.empty() || hasInflight_.load(std::memory_order_acquire)) return false;
+    // A collective would wait for its peers here, so only posts may start
+    // while sends/receives are in flight (and not while the worker drives them).
+    if (running_ || driving_ || !queue_.empty() ||
+        (!op.post && hasInflight_.load(std::memory_order_acquire)))
+      return false;
     running_ = true;
   }
   runOp(op);
-  bool shuttingDown;
+  bool wakeWorker;
   {
     std::lock_guard<std::mutex> g(mutex_);
     running_ = false;
-    shuttingDown = shutDown_;
+    // Only shutdown() waits for running_ to clear, and only the worker drives
+    // what is left in flight; waking the parked worker for nothing would cost
+    // a futex wake-up and two context switches per call.
+    wakeWorker = shutDown_ || !queue_.empty() || hasInflight_.load(std::memory_order_acquire);
   }
-  // Only shutdown() waits for running_ to clear; waking the parked worker for
-  // nothing would cost a futex wake-up and two context switches per call.
-  if (shuttingDown) cv_.notify_all();
+  if (wakeWorker) cv_.notify_all();
   return true;
 }
 
 void OregBackend::workerLoop() {
   for (;;) {
     Op op;
-    bool have = false, stop = false;
+    bool have = false, stop = false, drive = false;
     // Small operations come in bursts: poll the queue briefly before sleeping,
     // which saves a futex wake-up per operation when every rank has a core.
-    for (auto until = Clock::now() + spin_; queued_.load(std::memory_order_acquire) == 0 &&
-                                             inflight_.empty() && Clock::now() < until;) {
+    for (auto until = Clock::now() + spin_;
+         queued_.load(std::memory_order_acquire) == 0 &&
+         !hasInflight_.load(std::memory_order_acquire) && Clock::now() < until;) {
       std::this_thread::yield();
     }
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return !queue_.empty() || stopping_ || (hasInflight_ && !broken_); });
-      if (!queue_.empty()) {
+      // While an op runs inline (running_), the caller owns the transport.
+      cv_.wait(lock, [&] {
+        return stopping_ || (!running_ && (!queue_.empty() || (hasInflight_ && !broken_)));
+      });
+      if (stopping_ && queue_.empty()) {
+        stop = true;
+      } else if (!queue_.empty()) {
         op = std::move(queue_.front());
         queue_.pop_front();
         queued_.fetch_sub(1, std::memory_order_release);
         running_ = have = true;
       } else {
-        stop = stopping_;
+        driving_ = drive = true;
       }
     }
     if (have) {
@@ -292,6 +307,7 @@ void OregBackend::workerLoop() {
       continue;
     }
     if (stop) break;
+    if (!drive) continue;
     // Idle, with sends/receives in flight: drive them until something happens.
     try {
       auto until = Clock::now() + std::chrono::seconds(1);
@@ -301,6 +317,8 @@ void OregBackend::workerLoop() {
     } catch (...) {
       failAll(asDistError(std::current_exception()));
     }
+    std::lock_guard<std::mutex> g(mutex_);
+    driving_ = false;
   }
   failAll(distError("oreg_ccl: the process group was shut down before this operation completed"));
 }

@@ -200,8 +200,9 @@ class OregBackend final : public c10d::Backend {
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
   void workerLoop();
   void runOp(Op& op);
-  // Run `op` on the caller's thread if the worker is idle with nothing in
-  // flight (saves two thread hand-offs per small collective); false if not.
+  // Run `op` on the caller's thread if the worker is idle (saves two thread
+  // hand-offs per small collective or send); a collective also needs nothing
+  // in flight. False if not.
   bool runInline(Op& op);
   void sweepInFlight();
   void failAll(std::exception_ptr error);
@@ -235,12 +236,13 @@ class OregBackend final : public c10d::Backend {
   std::deque<Op> queue_;   // GUARDED_BY(mutex_)
   bool stopping_ = false;  // GUARDED_BY(mutex_)
   bool running_ = false;   // GUARDED_BY(mutex_): an op is executing (worker or inline)
+  bool driving_ = false;   // GUARDED_BY(mutex_): the worker drives in-flight sends/receives
   bool shutDown_ = false;  // GUARDED_BY(mutex_)
   std::thread worker_;
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   Clock::duration spin_{};      // how long an idle worker polls before sleeping
 
-  // Worker-only state (an inline op runs while the worker waits for work).
+  // Owned by whoever set running_ or driving_ (an inline op runs on the caller).
   std::vector<InFlight> inflight_;
   std::atomic<bool> hasInflight_{false};  // !inflight_.empty(), for runInline
   std::exception_ptr broken_;  // GUARDED_BY(mutex_) for writes: the group's first failure

@@ -63,3 +63,34 @@ def p2p(rank, n, any_source=True):
 
 def test_send_recv(tmp_path):
     spawn(p2p, 3, tmp_path)
+
+
+def host_p2p_inline(rank, n):
+    peer = 1 - rank
+    dist.barrier()
+    if rank == 0:
+        w = dist.isend(torch.arange(8.0), 1)
+        # An idle group posts a host-tensor send on the caller's thread: one
+        # that fits the ring is complete before isend returns.
+        assert w.is_completed()
+        w.wait()
+    else:
+        got = torch.empty(8)
+        dist.recv(got, 0)
+        assert torch.equal(got, torch.arange(8.0))
+    # Receives in flight (driven by the worker) while more sends are posted,
+    # matched by tag in reverse order, and a collective queued behind them.
+    bufs = [torch.empty(4) for _ in range(20)]
+    recvs = [dist.irecv(bufs[k], peer, tag=k) for k in range(20)]
+    sends = [dist.isend(torch.full((4,), 100.0 * rank + k), peer, tag=k) for k in reversed(range(20))]
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    assert total.item() == 3.0
+    for w in sends + recvs:
+        w.wait()
+    for k in range(20):
+        assert bufs[k].tolist() == [100.0 * peer + k] * 4
+
+
+def test_host_p2p_inline_and_in_flight(tmp_path):
+    spawn(host_p2p_inline, 2, tmp_path)
