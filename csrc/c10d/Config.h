@@ -13,10 +13,13 @@
 //   OREG_CCL_ZMQ_CHUNK_BYTES messages between hosts travel in chunks of this size, so the
 //                            receiver reduces one while the next is on the wire
 //                            (default 512 KiB; the same on every rank)
+//   OREG_CCL_ZMQ_IO_THREADS  libzmq I/O threads per group: one receives, the others send
+//                            (default 2; 1 = one thread does both)
 //   OREG_CCL_HOST_ID         this process's host identity (simulated hosts; Topology.h)
 //   OREG_CCL_SOCKET_IFNAME   the network interface the ZeroMQ transport binds (BindAddress.h)
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <string>
@@ -35,6 +38,7 @@ struct Config {
   size_t singleCopyBytes = envBytes("OREG_CCL_SINGLE_COPY_BYTES", 256 << 10);
   size_t oneShotBytes = envBytes("OREG_CCL_ONESHOT_BYTES", 64 << 10);
   size_t zmqChunkBytes = envBytes("OREG_CCL_ZMQ_CHUNK_BYTES", 512 << 10);
+  int zmqIoThreads = static_cast<int>(std::clamp<size_t>(envBytes("OREG_CCL_ZMQ_IO_THREADS", 2), 1, 16));
   // -1: choose from the group size (spinning only pays when every rank has a core).
   long spinUs = std::getenv("OREG_CCL_SPIN_US") ? std::atol(std::getenv("OREG_CCL_SPIN_US")) : -1;
 

@@ -28,13 +28,13 @@ from test_p2p import p2p
     [
         ((0, 0, 1, 1), None),  # 2 hosts x 2 ranks: hierarchical algorithms
         ((0, 1, 1, 0, 0, 1), None),  # 2 hosts x 3, interleaved: columns are not rank ranges
-        ((0, 1, 2), 4096),     # 3 hosts x 1 rank, tiny chunks: many chunks per message
+        ((0, 1, 2), 4096),     # 3 hosts x 1 rank, tiny chunks, one I/O thread per DEALER
         ((0, 0, 1), None),     # uneven hosts: leader-based allreduce
     ],
     ids=["2x2", "2x3-interleaved", "3x1-chunked", "2+1"],
 )
 def test_every_collective_across_hosts(tmp_path, hosts, chunk):
-    env = {"OREG_CCL_ZMQ_CHUNK_BYTES": str(chunk)} if chunk else {}
+    env = {"OREG_CCL_ZMQ_CHUNK_BYTES": str(chunk), "OREG_CCL_ZMQ_IO_THREADS": "3"} if chunk else {}
     spawn(matrix, len(hosts), tmp_path, timeout=220, host_of=hosts, env=env)
 
 
@@ -91,8 +91,10 @@ def p2p_across_hosts(rank, n):
         dist.recv(torch.empty(2))
 
 
-def test_send_recv_across_hosts(tmp_path):
-    spawn(p2p_across_hosts, 3, tmp_path, host_of=(0, 0, 1))
+@pytest.mark.parametrize("io_threads", ["1", "2"])
+def test_send_recv_across_hosts(tmp_path, io_threads):
+    spawn(p2p_across_hosts, 3, tmp_path, host_of=(0, 0, 1),
+          env={"OREG_CCL_ZMQ_IO_THREADS": io_threads})
 
 
 # ---- the wire protocol against a hostile peer -------------------------------------

@@ -59,6 +59,11 @@ void setInt(void* socket, int option, int value) {
               zmqError("oreg_ccl: zmq_setsockopt"));
 }
 
+void setUint64(void* socket, int option, uint64_t value) {
+  TORCH_CHECK(zmq_setsockopt(socket, option, &value, sizeof(value)) == 0,
+              zmqError("oreg_ccl: zmq_setsockopt"));
+}
+
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
@@ -116,7 +121,18 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
   }
   t->ctx_ = zmq_ctx_new();
   TORCH_CHECK(t->ctx_, zmqError("oreg_ccl: zmq_ctx_new"));
+  // With two or more libzmq I/O threads, receiving (the ROUTER, thread 0) and
+  // sending (the DEALERs, the others) run in parallel, as gloo's do.
+  const int ioThreads = config().zmqIoThreads;
+  TORCH_CHECK(zmq_ctx_set(t->ctx_, ZMQ_IO_THREADS, ioThreads) == 0,
+              zmqError("oreg_ccl: zmq_ctx_set(ZMQ_IO_THREADS)"));
+  auto pinToIoThreads = [ioThreads](void* socket, int index) {
+    if (ioThreads < 2) return;
+    uint64_t mask = index == 0 ? 1 : uint64_t(1) << (1 + (index - 1) % (ioThreads - 1));
+    setUint64(socket, ZMQ_AFFINITY, mask);
+  };
   t->router_ = zmq_socket(t->ctx_, ZMQ_ROUTER);
+  pinToIoThreads(t->router_, 0);
   setInt(t->router_, ZMQ_RCVHWM, 0);  // never drop: TCP flow control bounds memory
   setInt(t->router_, ZMQ_LINGER, 0);
   int64_t maxMessage = static_cast<int64_t>(t->chunkBytes_ + 4096);
@@ -133,11 +149,13 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
   t->wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   TORCH_CHECK(t->wakeFd_ >= 0, "oreg_ccl: eventfd failed: ", std::strerror(errno));
   static std::atomic<uint64_t> monitorId{0};
+  int dealerCount = 0;
   for (int p = 0; p < size; ++p) {
     if (!t->remote_[p]) continue;
     // Blocks until the peer published its address, or throws on the timeout.
     t->endpoints_[p] = rdv.get("zmq/endpoint/" + std::to_string(p));
     void* d = zmq_socket(t->ctx_, ZMQ_DEALER);
+    pinToIoThreads(d, 1 + dealerCount++);
     setInt(d, ZMQ_SNDHWM, 0);  // a send never blocks or drops
     setInt(d, ZMQ_LINGER, kLingerMs);
     setInt(d, ZMQ_RECONNECT_IVL, 100);
