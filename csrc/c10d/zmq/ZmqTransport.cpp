@@ -218,7 +218,6 @@ ZmqTransport::~ZmqTransport() {
   }
   if (router_) zmq_close(router_);
   // Messages still queued must not outlive the payload copies they own.
-  outbox_.clear();
   arrivals_.clear();
   inbox_.clear();
   if (ctx_) zmq_ctx_term(ctx_);  // waits at most kLingerMs for the last sends
@@ -245,12 +244,9 @@ ZmqMessage ZmqTransport::makeHeader(wire::Kind kind, uint64_t tag, const std::st
   return m;
 }
 
-void ZmqTransport::enqueue(Outgoing&& out) {
-  {
-    std::lock_guard<std::mutex> g(ioMutex_);
-    outbox_.push_back(std::move(out));
-  }
-  wakeIo();
+void ZmqTransport::send(Outgoing&& out) {
+  std::lock_guard<std::mutex> g(sendMutex_);
+  sendOrDrop(out);
 }
 
 void ZmqTransport::wakeIo() {
@@ -285,11 +281,11 @@ RequestPtr ZmqTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
     src = ts->copy;
   }
   if (zeroCopy) chunksInFlight_ += static_cast<int64_t>(chunks);
-  // Chunk by chunk, so the I/O thread sends the first while we queue the next.
+  // Chunk by chunk, so libzmq's I/O thread sends the first while we queue the next.
   size_t offset = 0;
   do {
     size_t n = std::min(chunkBytes_, bytes - offset);
-    enqueue(Outgoing{dst, makeHeader(kind, tag, what, bytes, offset, n),
+    send(Outgoing{dst, makeHeader(kind, tag, what, bytes, offset, n),
                      ZmqMessage(const_cast<char*>(src + offset), n, &releaseChunk, ts)});
     offset += n;
   } while (offset < bytes);
@@ -429,19 +425,17 @@ void ZmqTransport::ioLoop() {
       uint64_t v;
       (void)!read(wakeFd_, &v, sizeof(v));
     }
-    std::vector<Outgoing> out;
     bool abort = false, stop = false, drop = false;
     std::string abortWhy;
     {
       std::lock_guard<std::mutex> g(ioMutex_);
-      out.swap(outbox_);
       std::swap(abort, abortPending_);
       abortWhy = abortWhy_;
       stop = stopping_;
       std::swap(drop, dropSends_);
     }
-    for (auto& o : out) sendOrDrop(o);
     if (abort) {
+      std::lock_guard<std::mutex> g(sendMutex_);
       for (int p = 0; p < size_; ++p) {
         if (!dealers_[p]) continue;
         Outgoing o{p, makeHeader(wire::Kind::kAbort, 0, "abort", abortWhy.size(), 0, abortWhy.size()),
@@ -453,6 +447,7 @@ void ZmqTransport::ioLoop() {
     if (drop) {
       // The group failed and a peer stopped reading: release the caller
       // buffers libzmq still holds by closing the DEALERs without lingering.
+      std::lock_guard<std::mutex> g(sendMutex_);
       for (int p = 0; p < size_; ++p) {
         if (dealers_[p]) setInt(dealers_[p], ZMQ_LINGER, 0);
         closeDealer(p);

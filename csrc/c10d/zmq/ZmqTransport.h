@@ -9,15 +9,18 @@
 // every DEALER is connected: a peer that never publishes its address, or
 // cannot be reached, fails construction with a timeout error naming it.
 //
-// Threads: libzmq sockets are single-threaded, so one I/O thread owns them.
-// Below it, libzmq's own I/O threads do the TCP work: the ROUTER's
+// Threads: libzmq sockets are single-threaded. Our I/O thread owns the
+// ROUTER (receiving) and the monitors; the DEALERs are used under a mutex by
+// whoever sends (the progress side, straight from isend: no hand-off to our
+// I/O thread on the way out) and by the I/O thread for aborts.
+// Below that, libzmq's own I/O threads do the TCP work: the ROUTER's
 // connections on one, the DEALERs' on the others (OREG_CCL_ZMQ_IO_THREADS), so
 // a rank receives and sends at once (2 hosts x 1 rank, 16 MiB sendrecv and
 // all_to_all: ~10-25% faster than with one).
-// isend() hands the payload, in chunks, to that thread: small messages are
-// copied (the send completes at once), larger ones are sent zero-copy from
-// the caller's buffer and complete when libzmq releases the last chunk (once
-// it is written to the socket; never waiting for the receive). The I/O thread validates every
+// isend() queues the payload on the DEALER in chunks: small messages are
+// copied, larger ones are sent zero-copy from the caller's buffer; either
+// completes when libzmq releases the last chunk (once it is written to the
+// socket; never waiting for the receive). The I/O thread validates every
 // incoming message (Wire.h), queues it, and notifies the progress side, whose
 // thread matches messages to posted receives and feeds the Sinks straight
 // from libzmq's buffers (no extra copy).
@@ -117,14 +120,15 @@ class ZmqTransport final : public Transport {
   int slot(int peer, Channel ch) const { return peer * 2 + static_cast<int>(ch); }
   ZmqMessage makeHeader(wire::Kind kind, uint64_t tag, const std::string& what, size_t bytes,
                         size_t offset, size_t chunk) const;
-  void enqueue(Outgoing&& out);
+  // Sends `out` on its DEALER from the calling thread (under sendMutex_).
+  void send(Outgoing&& out);
 
   // I/O thread.
   void ioLoop();
   bool receiveOne();
   void reject(const std::string& why);
   void readMonitor(int peer);
-  void sendOrDrop(Outgoing& out);
+  void sendOrDrop(Outgoing& out);  // holding sendMutex_
 
   // Progress thread.
   void accept(Arrival&& a);
@@ -150,14 +154,16 @@ class ZmqTransport final : public Transport {
 
   void* ctx_ = nullptr;
   void* router_ = nullptr;
-  std::vector<void*> dealers_;   // per rank (null for local ranks)
+  // Per rank (null for local ranks). Sends come from the progress side and
+  // aborts from the I/O thread, so every use of a DEALER holds sendMutex_.
+  std::mutex sendMutex_;
+  std::vector<void*> dealers_;   // GUARDED_BY(sendMutex_) once the I/O thread runs
   std::vector<void*> monitors_;  // PAIR sockets receiving each DEALER's events
   int wakeFd_ = -1;              // eventfd: wakes the I/O thread
   std::thread io_;
 
   // Shared between the I/O thread and the others.
   std::mutex ioMutex_;
-  std::vector<Outgoing> outbox_;  // GUARDED_BY(ioMutex_)
   std::vector<Arrival> arrivals_;  // GUARDED_BY(ioMutex_)
   bool abortPending_ = false;      // GUARDED_BY(ioMutex_)
   std::string abortWhy_;           // GUARDED_BY(ioMutex_)
