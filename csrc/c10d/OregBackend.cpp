@@ -441,7 +441,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recvImpl(std::vector<at::Tensor>& te
     char* base = static_cast<char*>(s->buf.data_ptr());
     RequestPtr req = c.transport.irecv(
         Channel::kP2P, srcRank, static_cast<uint64_t>(tag), c.what, s->buf.nbytes(),
-        [base](const void* piece, size_t off, size_t n) { std::memcpy(base + off, piece, n); });
+        [base](const void* piece, size_t off, size_t n) { std::memcpy(base + off, piece, n); },
+        base);
     Request* raw = req.get();
     onDone(req, [w = work.get(), s, raw, srcRank] {
       unstage(*s);

@@ -36,6 +36,20 @@ def p2p(rank, n, any_source=True):
             wb.wait()
             wa.wait()
             assert b.cpu().tolist() == [2.0] * 3 and a.cpu().tolist() == [1.0] * 3
+        # The same with messages larger than the p2p ring (single copy between
+        # ranks of a host): the first is read into host memory until its
+        # receive is posted.
+        if rank == 0:
+            w1 = dist.isend(torch.full((BIG,), 1.0, device=device), 1, tag=1)
+            w2 = dist.isend(torch.arange(BIG, dtype=torch.float32, device=device), 1, tag=2)
+            w1.wait()
+            w2.wait()
+        elif rank == 1:
+            b, a = torch.empty(BIG, device=device), torch.empty(BIG, device=device)
+            dist.recv(b, 0, tag=2)
+            dist.recv(a, 0, tag=1)
+            assert torch.equal(b.cpu(), torch.arange(BIG, dtype=torch.float32))
+            assert torch.equal(a.cpu(), torch.full((BIG,), 1.0))
         # recv from any source reports the sender.
         if rank == 0 and any_source:
             seen = set()

@@ -163,8 +163,8 @@ ShmTransport::ShmTransport(int rank, int size)
   inbound_.resize(2 * size);
   recvHead_.assign(2 * size, 0);
   collRecvs_.resize(size);
-  singleCopySent_.assign(size, 0);
-  awaitingAck_.resize(size);
+  singleCopySent_.assign(2 * size, 0);
+  awaitingAck_.resize(2 * size);
   lastLivenessCheck_ = Clock::now();
 }
 
@@ -285,8 +285,10 @@ RequestPtr ShmTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
   TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "oreg_ccl: invalid destination rank ", dst);
   auto req = std::make_shared<Request>();
   req->peer = dst;
-  const bool single =
-      singleCopyBytes_ && ch == Channel::kCollective && bytes >= singleCopyBytes_;
+  // A send/recv message goes single-copy only if it cannot fit the ring
+  // anyway: its send then completes when the receiver took it, as before.
+  const bool single = singleCopyBytes_ && bytes >= singleCopyBytes_ &&
+                      (ch == Channel::kCollective || kMessageHeader + bytes > p2pRing_);
   PendingSend s{req, std::vector<char>(kMessageHeader, 0), static_cast<const char*>(data), bytes,
                 single};
   auto* h = reinterpret_cast<ShmMessageHeader*>(s.header.data());
@@ -382,7 +384,8 @@ bool ShmTransport::pushSends(int dst, Channel ch) {
     const bool single = s.singleCopy;
     q.pop_front();
     if (single)  // the receiver still reads the payload from our memory
-      awaitingAck_[dst].push_back({++singleCopySent_[dst], std::move(req), s.data, s.bytes});
+      awaitingAck_[slot(dst, ch)].push_back(
+          {++singleCopySent_[slot(dst, ch)], std::move(req), s.data, s.bytes});
     else
       completeRequest(*req, dst);
   }
@@ -390,10 +393,10 @@ bool ShmTransport::pushSends(int dst, Channel ch) {
   return progressed;
 }
 
-bool ShmTransport::collectAcks(int dst) {
-  auto& q = awaitingAck_[dst];
+bool ShmTransport::collectAcks(int dst, Channel ch) {
+  auto& q = awaitingAck_[slot(dst, ch)];
   if (q.empty()) return false;
-  ShmRing* rg = ring(dst, rank_, Channel::kCollective);
+  ShmRing* rg = ring(dst, rank_, ch);
   const uint64_t acked = rg->acked.load(std::memory_order_acquire);
   bool progressed = false;
   while (!q.empty() && q.front().seq <= acked) {
@@ -437,9 +440,11 @@ bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
   return progressed;
 }
 
-void ShmTransport::readFromSender(int src, const Inbound& in) {
-  ShmRing* rg = ring(rank_, src, Channel::kCollective);
-  const PostedRecv& r = *in.recv;
+void ShmTransport::readFromSender(int src, Channel ch, const Inbound& in) {
+  ShmRing* rg = ring(rank_, src, ch);
+  // Into the receive's destination, or into host memory for a p2p message
+  // that arrived before its receive.
+  char* direct = in.recv ? in.recv->direct : in.unexpected->data.data();
   // While `reading` is set the sender keeps its buffer even if the group fails
   // (quiesce); set before the failure check so one of the two sees the other.
   struct Reading {
@@ -448,16 +453,16 @@ void ShmTransport::readFromSender(int src, const Inbound& in) {
   } reading{rg};
   rg->reading.store(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (r.direct && in.bytes >= 2 * kShareChunk) {
+  if (in.recv && direct && in.bytes >= 2 * kShareChunk) {
     readShared(src, rg, in);
   } else {
-    const size_t chunk = r.direct ? (4 << 20) : scratch_.size();
+    const size_t chunk = direct ? (4 << 20) : scratch_.size();
     for (size_t off = 0; off < in.bytes;) {
       checkFailure();  // a failed group's buffers may be gone already
       const size_t n = std::min(in.bytes - off, chunk);
-      char* to = r.direct ? r.direct + off : scratch_.data();
+      char* to = direct ? direct + off : scratch_.data();
       readPeer(src, in, to, off, n);
-      if (!r.direct) r.sink(to, off, n);  // chunks are multiples of kPieceAlign
+      if (!direct) in.recv->sink(to, off, n);  // chunks are multiples of kPieceAlign
       off += n;
     }
   }
@@ -477,7 +482,9 @@ void ShmTransport::readPeer(int src, const Inbound& in, char* to, size_t off, si
     iovec local{to + got, n - got};
     iovec remote{reinterpret_cast<void*>(in.senderAddress + off + got), n - got};
     ssize_t k = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (k <= 0) failPeerIo(errno, "read " + in.recv->what + " from", src, pid);
+    if (k <= 0)
+      failPeerIo(errno, "read " + (in.recv ? in.recv->what : std::string("a send")) + " from", src,
+                 pid);
     got += static_cast<size_t>(k);
   }
 }
@@ -536,9 +543,7 @@ void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in) {
 }
 
 bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h) {
-  TORCH_CHECK(h.magic == kMagic && h.src == uint32_t(src) &&
-                  (h.senderAddress == 0 || ch == Channel::kCollective),
-              "oreg_ccl: corrupt message header");
+  TORCH_CHECK(h.magic == kMagic && h.src == uint32_t(src), "oreg_ccl: corrupt message header");
   in = Inbound{};
   in.tag = h.tag;
   in.bytes = h.bytes;
@@ -592,8 +597,11 @@ bool ShmTransport::pullRecvs(int src, Channel ch) {
       head += kMessageHeader;
       progressed = true;
       if (in.senderAddress) {  // single copy: the payload is not in the ring
-        readFromSender(src, in);
-        completeRequest(*in.recv->req, src);
+        readFromSender(src, ch, in);
+        if (in.recv)
+          completeRequest(*in.recv->req, src);
+        else
+          arrived(src, in.unexpected);
         in = Inbound{};
         continue;
       }
@@ -620,19 +628,10 @@ bool ShmTransport::pullRecvs(int src, Channel ch) {
     progressed = progressed || n > 0;
     if (in.consumed < padded) break;
     in.active = false;
-    if (in.recv) {
+    if (in.recv)
       completeRequest(*in.recv->req, src);
-    } else {
-      Unexpected* u = in.unexpected;
-      u->complete = true;
-      if (u->claimedBy) {
-        auto r = u->claimedBy;
-        if (u->data.size() != r->bytes) sizeMismatch(*r, src, u->data.size());
-        if (u->data.size()) r->sink(u->data.data(), 0, u->data.size());
-        unexpected_.remove_if([u](const Unexpected& x) { return &x == u; });
-        completeRequest(*r->req, src);
-      }
-    }
+    else
+      arrived(src, in.unexpected);
     in = Inbound{};
   }
   if (progressed) {
@@ -642,6 +641,16 @@ bool ShmTransport::pullRecvs(int src, Channel ch) {
   return progressed;
 }
 
+void ShmTransport::arrived(int src, Unexpected* u) {
+  u->complete = true;
+  if (!u->claimedBy) return;  // irecv() takes it
+  auto r = u->claimedBy;
+  if (u->data.size() != r->bytes) sizeMismatch(*r, src, u->data.size());
+  if (u->data.size()) r->sink(u->data.data(), 0, u->data.size());
+  unexpected_.remove_if([u](const Unexpected& x) { return &x == u; });
+  completeRequest(*r->req, src);
+}
+
 bool ShmTransport::pollAll() {
   bool progressed = false;
   for (int p = 0; p < size_; ++p) {
@@ -649,8 +658,8 @@ bool ShmTransport::pollAll() {
     for (Channel ch : {Channel::kCollective, Channel::kP2P}) {
       progressed |= pushSends(p, ch);
       progressed |= pullRecvs(p, ch);
+      progressed |= collectAcks(p, ch);
     }
-    progressed |= collectAcks(p);
   }
   return progressed;
 }
@@ -705,10 +714,12 @@ void ShmTransport::quiesce() {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const auto until = Clock::now() + std::chrono::seconds(2);
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_ || awaitingAck_[p].empty()) continue;
-    ShmRing* rg = ring(p, rank_, Channel::kCollective);
-    while (rg->reading.load(std::memory_order_seq_cst) && Clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    for (Channel ch : {Channel::kCollective, Channel::kP2P}) {
+      if (p == rank_ || awaitingAck_[slot(p, ch)].empty()) continue;
+      ShmRing* rg = ring(p, rank_, ch);
+      while (rg->reading.load(std::memory_order_seq_cst) && Clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
 }
 
@@ -724,8 +735,10 @@ void ShmTransport::checkPeersAlive() {
   std::vector<bool> involved(size_, false);
   for (int p = 0; p < size_; ++p) {
     for (Channel ch : {Channel::kCollective, Channel::kP2P})
-      if (!sends_[slot(p, ch)].empty() || inbound_[slot(p, ch)].active) involved[p] = true;
-    if (!collRecvs_[p].empty() || !awaitingAck_[p].empty()) involved[p] = true;
+      if (!sends_[slot(p, ch)].empty() || inbound_[slot(p, ch)].active ||
+          !awaitingAck_[slot(p, ch)].empty())
+        involved[p] = true;
+    if (!collRecvs_[p].empty()) involved[p] = true;
   }
   for (auto& r : p2pRecvs_) {
     if (r->src == kAnySource) std::fill(involved.begin(), involved.end(), true);

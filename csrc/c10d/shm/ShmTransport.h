@@ -7,13 +7,16 @@
 // directly). Messages are a 128-byte header then the payload padded to 64
 // bytes, so every piece a Sink sees starts element-aligned.
 //
-// Single copy: a collective message of at least OREG_CCL_SINGLE_COPY_BYTES
+// Single copy: a message of at least OREG_CCL_SINGLE_COPY_BYTES
 // puts only its header in the ring, with the sender's address; the receiver
 // reads the payload straight out of the sender's memory (process_vm_readv,
 // Linux's cross-memory attach) into its destination, or in cache-sized chunks
 // into a reduction, and then acknowledges it in the ring, which completes the
 // send. One memcpy instead of two. Used only when every rank could read every
-// peer at connect time (same pid namespace, ptrace permitted).
+// peer at connect time (same pid namespace, ptrace permitted). A send/recv
+// message goes single-copy only if it is larger than the p2p ring, so its
+// send completes only once the receiver took it either way (one in front of
+// a receive for another tag from the same peer is read into host memory).
 //
 // Shared copy: a single-copy message of at least two 512 KiB chunks into a
 // contiguous destination is copied by both sides. The receiver publishes the
@@ -127,13 +130,15 @@ class ShmTransport final : public Transport {
   bool pushSends(int dst, Channel ch);
   bool pullRecvs(int src, Channel ch);
   bool startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h);
-  void readFromSender(int src, const Inbound& in);
+  void readFromSender(int src, Channel ch, const Inbound& in);
+  // A buffered p2p message is complete: hand it to its receive, if posted.
+  void arrived(int src, Unexpected* u);
   // Fails the group: process_vm_readv/writev to `peer` failed with `err`.
   [[noreturn]] void failPeerIo(int err, const std::string& action, int peer, pid_t pid);
   // process_vm_readv of bytes [off, off + n) of the sender's payload into `to`.
   void readPeer(int src, const Inbound& in, char* to, size_t off, size_t n);
   void readShared(int src, ShmRing* rg, const Inbound& in);
-  bool collectAcks(int dst);
+  bool collectAcks(int dst, Channel ch);
   bool writeShare(int dst, ShmRing* rg, const AwaitingAck& a);
   void sleepOnDoorbell(uint32_t bell, Clock::duration timeout);
   bool probeSingleCopy() const;
@@ -156,8 +161,8 @@ class ShmTransport final : public Transport {
 
   // Progress-thread state.
   std::vector<std::deque<PendingSend>> sends_;  // per slot(dst, ch)
-  std::vector<uint64_t> singleCopySent_;        // per destination
-  std::vector<std::deque<AwaitingAck>> awaitingAck_;  // per destination
+  std::vector<uint64_t> singleCopySent_;        // per slot(dst, ch)
+  std::vector<std::deque<AwaitingAck>> awaitingAck_;  // per slot(dst, ch)
   std::vector<char> scratch_;  // single-copy chunks on their way into a reduction
   std::vector<uint64_t> sendTail_;             // our cached tail of each outbound ring
   std::vector<Inbound> inbound_;                // per slot(src, ch)
