@@ -232,6 +232,11 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   if (device < 0 && !coalescing_ && (op.post || !call.asyncOp) && runInline(op)) return work;
   {
     std::lock_guard<std::mutex> g(mutex_);
+    // Checked again: shutdown() may have begun since the check above, and an
+    // operation queued after the worker stopped would never finish.
+    if (shutDown_)
+      OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
+                     " called after the process group was shut down or aborted");
     queue_.push_back(std::move(op));
     queued_.fetch_add(1, std::memory_order_release);
   }
@@ -248,8 +253,9 @@ bool OregBackend::runInline(Op& op) {
     // requests; otherwise it is parked on cv_ and the caller may borrow it
     // (mutex_ orders the two threads' uses of the transport).
     // A collective would wait for its peers here, so only posts may start
-    // while sends/receives are in flight (and not while the worker drives them).
-    if (running_ || driving_ || !queue_.empty() ||
+    // while sends/receives are in flight (and not while the worker drives
+    // them). Once shutdown() began, the worker may be tearing down inflight_.
+    if (shutDown_ || stopping_ || running_ || driving_ || !queue_.empty() ||
         (!op.post && hasInflight_.load(std::memory_order_acquire)))
       return false;
     running_ = true;
@@ -281,9 +287,11 @@ void OregBackend::workerLoop() {
     }
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      // While an op runs inline (running_), the caller owns the transport.
+      // While an op runs inline (running_), the caller owns the transport,
+      // even once stopping (shutdown() cancelled the transport first, so it
+      // ends soon).
       cv_.wait(lock, [&] {
-        return stopping_ || (!running_ && (!queue_.empty() || (hasInflight_ && !broken_)));
+        return !running_ && (stopping_ || !queue_.empty() || (hasInflight_ && !broken_));
       });
       if (stopping_ && queue_.empty()) {
         stop = true;

@@ -12,10 +12,13 @@
 //    called different collectives and the transport raises a mismatch error.
 //  - kP2P: user send/recv, matched by (source, tag) in posting order like MPI;
 //    a message nobody asked for yet is buffered only when it blocks a posted
-//    receive, so a send never waits for its receive to be posted.
+//    receive. Posting a send never blocks; one too large for the transport's
+//    buffers completes once the receiver took it.
 //
-// Threading: isend/irecv/progress are called by one thread (the backend's
-// worker). wakeup() and cancel() may be called from any thread.
+// Threading: isend/irecv/progress are called by one thread at a time: the
+// backend's worker, or a caller running an operation inline (the backend's
+// mutex orders the two). wakeup(), cancel() and failure() may be called from
+// any thread.
 // Ownership: the caller keeps send buffers alive until the request completes.
 // Errors: c10::DistBackendError, naming the local rank, the peer and the op.
 #pragma once

@@ -245,8 +245,16 @@ ZmqMessage ZmqTransport::makeHeader(wire::Kind kind, uint64_t tag, const std::st
 }
 
 void ZmqTransport::send(Outgoing&& out) {
-  std::lock_guard<std::mutex> g(sendMutex_);
-  sendOrDrop(out);
+  const int dst = out.dst;
+  {
+    std::lock_guard<std::mutex> g(sendMutex_);
+    if (sendOrDrop(out)) return;
+  }
+  // The DEALER may be left inside a half-sent message: the group cannot go on.
+  cancel("oreg_ccl: rank " + std::to_string(rank_) + " could not send to rank " +
+             std::to_string(dst) + ": " + zmq_strerror(zmq_errno()),
+         /*propagate=*/true);
+  checkFailure();
 }
 
 void ZmqTransport::wakeIo() {
@@ -314,13 +322,17 @@ void ZmqTransport::releaseChunk(void*, void* hint) {
 
 // ---- the I/O thread ------------------------------------------------------------
 
-void ZmqTransport::sendOrDrop(Outgoing& out) {
+bool ZmqTransport::sendOrDrop(Outgoing& out) {
   void* d = dealers_[out.dst];
-  if (!d) return;  // dropped after a failure (quiesce)
-  // ZMQ_SNDHWM is 0 (unbounded), so these never block; a failure means the
-  // context is going away.
-  if (zmq_msg_send(static_cast<zmq_msg_t*>(out.header.raw()), d, ZMQ_SNDMORE) < 0) return;
-  zmq_msg_send(static_cast<zmq_msg_t*>(out.payload.raw()), d, 0);
+  if (!d) return true;  // dropped after a failure (quiesce)
+  // ZMQ_SNDHWM is 0 (unbounded), so these never block; a failure other than
+  // a signal means the context or the socket is going away.
+  auto frame = [d](ZmqMessage& m, int flags) {
+    while (zmq_msg_send(static_cast<zmq_msg_t*>(m.raw()), d, flags) < 0)
+      if (zmq_errno() != EINTR) return false;
+    return true;
+  };
+  return frame(out.header, ZMQ_SNDMORE) && frame(out.payload, 0);
 }
 
 void ZmqTransport::reject(const std::string& why) {
@@ -441,7 +453,7 @@ void ZmqTransport::ioLoop() {
         Outgoing o{p, makeHeader(wire::Kind::kAbort, 0, "abort", abortWhy.size(), 0, abortWhy.size()),
                    ZmqMessage(abortWhy.size())};
         std::memcpy(o.payload.data(), abortWhy.data(), abortWhy.size());
-        sendOrDrop(o);
+        (void)sendOrDrop(o);  // best effort: the group failed already
       }
     }
     if (drop) {

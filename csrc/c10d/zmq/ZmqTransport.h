@@ -123,14 +123,15 @@ class ZmqTransport final : public Transport {
   // Sends `out` on its DEALER from the calling thread (under sendMutex_).
   void send(Outgoing&& out);
 
-  // I/O thread.
+  // Our I/O thread (sendOrDrop: any thread holding sendMutex_).
   void ioLoop();
   bool receiveOne();
   void reject(const std::string& why);
   void readMonitor(int peer);
-  void sendOrDrop(Outgoing& out);  // holding sendMutex_
+  // Holding sendMutex_; false if libzmq refused a frame.
+  bool sendOrDrop(Outgoing& out);
 
-  // Progress thread.
+  // The progress side: whichever thread drives the transport.
   void accept(Arrival&& a);
   bool match();
   bool deliver(Inbound& m);
