@@ -2,6 +2,7 @@
 import datetime
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -149,3 +150,37 @@ def lifecycle(rank, n):
 
 def test_shutdown_and_abort(tmp_path):
     spawn(lifecycle, 2, tmp_path)
+
+
+def shutdown_during_p2p(rank, n):
+    g = dist.new_group(list(range(n)))
+    backend = g._get_backend(torch.device("cpu"))
+    outcome = []
+
+    def pump():
+        # Host-tensor sends and receives, posted on this thread while the
+        # group is idle, racing shutdown() on the main thread.
+        t, r = torch.ones(64), torch.empty(64)
+        try:
+            for _ in range(1_000_000):
+                s, v = backend.send([t], 1 - rank, 7), backend.recv([r], 1 - rank, 7)
+                s.wait()
+                v.wait()
+            outcome.append("finished")
+        except dist.DistBackendError as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    backend.shutdown()
+    thread.join(timeout=15)
+    assert not thread.is_alive(), "send/recv still blocked 15 s after shutdown()"
+    assert len(outcome) == 1 and isinstance(outcome[0], dist.DistBackendError), outcome
+    assert "shut down" in str(outcome[0]) or "failed" in str(outcome[0]), str(outcome[0])
+    dist.destroy_process_group(g)
+    dist.barrier()
+
+
+def test_shutdown_while_another_thread_sends(tmp_path):
+    spawn(shutdown_during_p2p, 2, tmp_path)
