@@ -4,7 +4,8 @@
 //   OREG_CCL_P2P_RING_BYTES  per-pair send/recv ring                     (default 256 KiB)
 //   OREG_CCL_SPIN_US         busy-poll time before sleeping in a futex   (default 50 us, or
 //                            2 us when the group has more ranks than the machine has cores)
-//   OREG_CCL_SINGLE_COPY_BYTES  messages of at least this size between ranks of
+//   OREG_CCL_SINGLE_COPY_BYTES  messages of at least this size (send/recv: only those that do
+//                            not fit the p2p ring) between ranks of
 //                            one host are read straight from the sender's memory
 //                            (process_vm_readv) instead of passing through the ring
 //                            (default 256 KiB; 0 = never)

@@ -3,8 +3,11 @@
 // Layering: this class is the c10d face. It validates arguments on the
 // caller's thread (bad input raises there, never on a peer), orders each
 // operation after the work already queued on the caller's openreg stream,
-// and hands it to a single worker thread that runs operations in issue order
-// with the algorithms of Algorithms.h over a Transport (shm/ today).
+// and hands it to a worker thread that runs operations in issue order with
+// the algorithms of Algorithms.h over a Transport (shared memory, ZeroMQ, or
+// both routed by host). Host-tensor operations on an idle group skip the
+// hand-off: a synchronous collective runs, and a send or receive is posted,
+// on the caller's thread.
 //
 // Ordering with openreg streams (NCCL's model): enqueueing launches a tiny
 // kernel on the caller's current stream that marks the operation ready and
@@ -21,7 +24,7 @@
 // Threading: public methods are called by c10d with the GIL released; the
 // worker never drops tensors (Releaser.h), but it completes futures, and a
 // Python then() callback on one (DDP's compression hooks) runs there, taking
-// the GIL. Collective methods must be called from one thread at a time (as
+// the GIL (on the caller's thread for an operation that completed inline). Collective methods must be called from one thread at a time (as
 // with every c10d backend).
 #pragma once
 

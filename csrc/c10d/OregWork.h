@@ -1,7 +1,8 @@
 // OregWork: the c10d::Work of one oreg_ccl operation (or a coalesced group).
 //
 // Completed once, by whichever thread drives the backend's transport (its
-// worker, or a caller running an operation inline), with the output
+// worker, or a caller running an operation inline; shutdown() for one that
+// never started), with the output
 // tensors or an exception. What waiting means depends on where the tensors
 // live, as with NCCL:
 //  - openreg tensors: wait()/synchronize() queue a kernel on the caller's

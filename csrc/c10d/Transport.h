@@ -1,6 +1,6 @@
 // Transport: moves bytes between the ranks of one process group.
 //
-// The contract every transport (shared memory today, ZeroMQ next) implements,
+// The contract every transport (shared memory, ZeroMQ, routed) implements,
 // and the only thing the algorithms in Algorithms.h see. Modelled on gloo's
 // Pair/Buffer split: posting is non-blocking, completion is driven by
 // progress(), and a failed transport rethrows its first error forever.

@@ -14,7 +14,7 @@
 // into a reduction, and then acknowledges it in the ring, which completes the
 // send. One memcpy instead of two. Used only when every rank could read every
 // peer at connect time (same pid namespace, ptrace permitted). A send/recv
-// message goes single-copy only if it is larger than the p2p ring, so its
+// message goes single-copy only if it does not fit the p2p ring, so its
 // send completes only once the receiver took it either way (one in front of
 // a receive for another tag from the same peer is read into host memory).
 //

@@ -27,8 +27,9 @@
 //
 // Failures: cancel(propagate) sends an abort message to every peer; a peer
 // whose connection drops while we exchange data with it fails the group
-// naming it (a killed process closes its sockets at once); anything else
-// ends in the collective's timeout.
+// naming it (a killed process closes its sockets at once); a send libzmq
+// refuses fails the group at once; anything else ends in the collective's
+// timeout.
 #pragma once
 
 #include <atomic>
