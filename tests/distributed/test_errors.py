@@ -98,22 +98,29 @@ def test_dead_peer_is_detected_and_shm_is_clean(tmp_path):
     spawn(killed, 3, tmp_path, expect_exit={2: -signal.SIGKILL})
 
 
-def killed_mid_transfer(rank, n, victim):
-    # 64 MiB broadcasts from rank 1 travel single-copy where the kernel allows
-    # it: rank 0 reads them out of rank 1's memory. The victim dies (timer
-    # thread) while that is going on.
+def killed_mid_transfer(rank, n, victim, how):
+    # 64 MiB broadcasts (or sends) from rank 1 travel single-copy where the
+    # kernel allows it: rank 0 reads them out of rank 1's memory. The victim
+    # dies (timer thread) while that is going on.
     info = info_of()
     assert info["single_copy"] == single_copy_allowed()
     t = torch.ones(16 << 20)
-    dist.broadcast(t, src=1)
+
+    def transfer():
+        if how == "broadcast":
+            dist.broadcast(t, src=1)
+        elif rank == 1:
+            dist.send(t, 0)
+        else:
+            dist.recv(t, 1)
+    transfer()
     if rank == victim:
-        import threading
         threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
     start = time.monotonic()
 
     def loop():
         while time.monotonic() - start < 30:
-            dist.broadcast(t, src=1)
+            transfer()
     msg = expect_dist_error(loop, f"rank {victim}")
     assert "exited" in msg or "cannot read" in msg, msg
     assert time.monotonic() - start < 10
@@ -121,9 +128,10 @@ def killed_mid_transfer(rank, n, victim):
     os._exit(0)
 
 
+@pytest.mark.parametrize("how", ["broadcast", "send_recv"])
 @pytest.mark.parametrize("victim", [0, 1], ids=["receiver", "sender"])
-def test_peer_killed_during_single_copy_transfer(tmp_path, victim):
-    spawn(killed_mid_transfer, 2, tmp_path, victim, expect_exit={victim: -signal.SIGKILL})
+def test_peer_killed_during_single_copy_transfer(tmp_path, victim, how):
+    spawn(killed_mid_transfer, 2, tmp_path, victim, how, expect_exit={victim: -signal.SIGKILL})
 
 
 def lifecycle(rank, n):
