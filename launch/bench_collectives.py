@@ -11,7 +11,8 @@ For every collective and size, each rank times 5 batches of calls (~20 ms each,
 after a warm-up); per batch the slowest rank's average counts, and the median
 batch is reported. algbw = size / time; busbw applies
 nccl-tests' factors (allreduce 2(n-1)/n, allgather / reduce-scatter / alltoall /
-gather / scatter (n-1)/n, broadcast / reduce / sendrecv 1), so it is comparable across world sizes.
+gather / scatter (n-1)/n, broadcast / reduce / sendrecv 1), so it is comparable
+across world sizes.
 Both backends move CPU tensors (gloo has no openreg support), over one
 process group each, in the same processes. The footer prints memcpy bandwidth
 measured in the same run and the ratios the issue asks about.
@@ -170,8 +171,8 @@ def main():
     for n in args.world_sizes:
         queue = ctx.SimpleQueue()
         with tempfile.TemporaryDirectory() as tmp:
-            procs = [ctx.Process(target=worker, args=(r, n, tmp, sizes, queue, args.hosts,
-                                                               args.collectives)) for r in range(n)]
+            work = (n, tmp, sizes, queue, args.hosts, args.collectives)
+            procs = [ctx.Process(target=worker, args=(r, *work)) for r in range(n)]
             for pr in procs:
                 pr.start()
             rows = queue.get()

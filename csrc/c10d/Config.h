@@ -39,7 +39,8 @@ struct Config {
   size_t singleCopyBytes = envBytes("OREG_CCL_SINGLE_COPY_BYTES", 256 << 10);
   size_t oneShotBytes = envBytes("OREG_CCL_ONESHOT_BYTES", 64 << 10);
   size_t zmqChunkBytes = envBytes("OREG_CCL_ZMQ_CHUNK_BYTES", 512 << 10);
-  int zmqIoThreads = static_cast<int>(std::clamp<size_t>(envBytes("OREG_CCL_ZMQ_IO_THREADS", 2), 1, 16));
+  int zmqIoThreads =
+      static_cast<int>(std::clamp<size_t>(envBytes("OREG_CCL_ZMQ_IO_THREADS", 2), 1, 16));
   // -1: choose from the group size (spinning only pays when every rank has a core).
   long spinUs = std::getenv("OREG_CCL_SPIN_US") ? std::atol(std::getenv("OREG_CCL_SPIN_US")) : -1;
 

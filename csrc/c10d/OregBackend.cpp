@@ -277,7 +277,7 @@ bool OregBackend::runInline(Op& op) {
 void OregBackend::workerLoop() {
   for (;;) {
     Op op;
-    bool have = false, stop = false, drive = false;
+    bool have = false, stop = false;
     // Small operations come in bursts: poll the queue briefly before sleeping,
     // which saves a futex wake-up per operation when every rank has a core.
     for (auto until = Clock::now() + spin_;
@@ -301,7 +301,7 @@ void OregBackend::workerLoop() {
         queued_.fetch_sub(1, std::memory_order_release);
         running_ = have = true;
       } else {
-        driving_ = drive = true;
+        driving_ = true;  // nothing queued: drive what is in flight
       }
     }
     if (have) {
@@ -315,7 +315,6 @@ void OregBackend::workerLoop() {
       continue;
     }
     if (stop) break;
-    if (!drive) continue;
     // Idle, with sends/receives in flight: drive them until something happens.
     try {
       auto until = Clock::now() + std::chrono::seconds(1);

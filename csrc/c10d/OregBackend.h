@@ -24,8 +24,9 @@
 // Threading: public methods are called by c10d with the GIL released; the
 // worker never drops tensors (Releaser.h), but it completes futures, and a
 // Python then() callback on one (DDP's compression hooks) runs there, taking
-// the GIL (on the caller's thread for an operation that completed inline). Collective methods must be called from one thread at a time (as
-// with every c10d backend).
+// the GIL (on the caller's thread for an operation that completed inline).
+// Collective methods must be called from one thread at a time (as with every
+// c10d backend).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>

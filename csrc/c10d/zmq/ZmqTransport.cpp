@@ -54,12 +54,9 @@ std::string zmqError(const char* what) {
   return std::string(what) + ": " + zmq_strerror(zmq_errno());
 }
 
-void setInt(void* socket, int option, int value) {
-  TORCH_CHECK(zmq_setsockopt(socket, option, &value, sizeof(value)) == 0,
-              zmqError("oreg_ccl: zmq_setsockopt"));
-}
-
-void setUint64(void* socket, int option, uint64_t value) {
+// `value`'s type must be the option's (int, int64_t or uint64_t; zmq_setsockopt(3)).
+template <class T>
+void setOption(void* socket, int option, T value) {
   TORCH_CHECK(zmq_setsockopt(socket, option, &value, sizeof(value)) == 0,
               zmqError("oreg_ccl: zmq_setsockopt"));
 }
@@ -129,14 +126,13 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
   auto pinToIoThreads = [ioThreads](void* socket, int index) {
     if (ioThreads < 2) return;
     uint64_t mask = index == 0 ? 1 : uint64_t(1) << (1 + (index - 1) % (ioThreads - 1));
-    setUint64(socket, ZMQ_AFFINITY, mask);
+    setOption(socket, ZMQ_AFFINITY, mask);
   };
   t->router_ = zmq_socket(t->ctx_, ZMQ_ROUTER);
   pinToIoThreads(t->router_, 0);
-  setInt(t->router_, ZMQ_RCVHWM, 0);  // never drop: TCP flow control bounds memory
-  setInt(t->router_, ZMQ_LINGER, 0);
-  int64_t maxMessage = static_cast<int64_t>(t->chunkBytes_ + 4096);
-  zmq_setsockopt(t->router_, ZMQ_MAXMSGSIZE, &maxMessage, sizeof(maxMessage));
+  setOption(t->router_, ZMQ_RCVHWM, 0);  // never drop: TCP flow control bounds memory
+  setOption(t->router_, ZMQ_LINGER, 0);
+  setOption(t->router_, ZMQ_MAXMSGSIZE, static_cast<int64_t>(t->chunkBytes_ + 4096));
   std::string bind = "tcp://" + bindAddress() + ":*";
   TORCH_CHECK(zmq_bind(t->router_, bind.c_str()) == 0,
               zmqError(("oreg_ccl: cannot bind " + bind).c_str()));
@@ -156,9 +152,9 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
     t->endpoints_[p] = rdv.get("zmq/endpoint/" + std::to_string(p));
     void* d = zmq_socket(t->ctx_, ZMQ_DEALER);
     pinToIoThreads(d, 1 + dealerCount++);
-    setInt(d, ZMQ_SNDHWM, 0);  // a send never blocks or drops
-    setInt(d, ZMQ_LINGER, kLingerMs);
-    setInt(d, ZMQ_RECONNECT_IVL, 100);
+    setOption(d, ZMQ_SNDHWM, 0);  // a send never blocks or drops
+    setOption(d, ZMQ_LINGER, kLingerMs);
+    setOption(d, ZMQ_RECONNECT_IVL, 100);
     std::string mon = "inproc://oreg-ccl-monitor-" + std::to_string(getpid()) + "-" +
                       std::to_string(monitorId++);
     TORCH_CHECK(zmq_socket_monitor(d, mon.c_str(), ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) ==
@@ -245,14 +241,15 @@ ZmqMessage ZmqTransport::makeHeader(wire::Kind kind, uint64_t tag, const std::st
 }
 
 void ZmqTransport::send(Outgoing&& out) {
-  const int dst = out.dst;
+  int err;
   {
     std::lock_guard<std::mutex> g(sendMutex_);
     if (sendOrDrop(out)) return;
+    err = zmq_errno();
   }
   // The DEALER may be left inside a half-sent message: the group cannot go on.
   cancel("oreg_ccl: rank " + std::to_string(rank_) + " could not send to rank " +
-             std::to_string(dst) + ": " + zmq_strerror(zmq_errno()),
+             std::to_string(out.dst) + ": " + zmq_strerror(err),
          /*propagate=*/true);
   checkFailure();
 }
@@ -461,7 +458,7 @@ void ZmqTransport::ioLoop() {
       // buffers libzmq still holds by closing the DEALERs without lingering.
       std::lock_guard<std::mutex> g(sendMutex_);
       for (int p = 0; p < size_; ++p) {
-        if (dealers_[p]) setInt(dealers_[p], ZMQ_LINGER, 0);
+        if (dealers_[p]) setOption(dealers_[p], ZMQ_LINGER, 0);
         closeDealer(p);
       }
     }
