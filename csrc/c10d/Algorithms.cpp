@@ -305,10 +305,11 @@ void gather(Collective& c, const void* in, const std::vector<char*>& blocks, siz
 void scatter(Collective& c, const std::vector<const char*>& blocks, void* out, size_t bytes,
              int root) {
   if (c.rank() != root) return c.wait(c.recvInto(root, out, bytes));
-  if (bytes) std::memmove(out, blocks[root], bytes);
+  // Sends first: receivers start reading their blocks while we copy our own.
   std::vector<RequestPtr> sends;
   for (int p = 0; p < c.size(); ++p)
     if (p != root) sends.push_back(c.send(p, blocks[p], bytes));
+  if (bytes) std::memmove(out, blocks[root], bytes);
   c.waitAll(sends);
 }
 
