@@ -317,9 +317,11 @@ void OregBackend::workerLoop() {
     if (stop) break;
     // Idle, with sends/receives in flight: drive them until something happens.
     try {
-      auto until = Clock::now() + std::chrono::seconds(1);
-      for (auto& f : inflight_) until = std::min(until, f.deadline);
-      transport_->progress(until);
+      // Wake at least once a second; a transport blocked on a peer inside
+      // progress gives up only at the operations' own deadline.
+      auto deadline = Clock::time_point::max();
+      for (auto& f : inflight_) deadline = std::min(deadline, f.deadline);
+      transport_->progress(std::min(deadline, Clock::now() + std::chrono::seconds(1)), deadline);
       sweepInFlight();
     } catch (...) {
       failAll(asDistError(std::current_exception()));

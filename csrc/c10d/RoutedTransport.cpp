@@ -47,12 +47,12 @@ RequestPtr RoutedTransport::irecv(Channel ch, int src, uint64_t tag, const std::
   return req;
 }
 
-void RoutedTransport::progress(Clock::time_point until) {
+void RoutedTransport::progress(Clock::time_point until, Clock::time_point deadline) {
   if (zmq_->poll()) return;
   if (!shm_) return zmq_->progress(until);
   // Also returns when the ZeroMQ side notifies; bounded so that the ZeroMQ
   // side's periodic checks (dropped peers) keep running.
-  shm_->progress(std::min(until, Clock::now() + std::chrono::milliseconds(100)), until);
+  shm_->progress(std::min(until, Clock::now() + std::chrono::milliseconds(100)), deadline);
   zmq_->poll();
 }
 

@@ -34,7 +34,8 @@ class RoutedTransport final : public Transport {
                    const void* data, size_t bytes) override;
   RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
                    Sink sink, void* direct = nullptr) override;
-  void progress(Clock::time_point until) override;
+  void progress(Clock::time_point until) override { progress(until, until); }
+  void progress(Clock::time_point until, Clock::time_point deadline) override;
   void wakeup() override;
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;

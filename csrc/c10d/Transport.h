@@ -103,6 +103,10 @@ class Transport {
   // was called or `until` passed; in between it blocks in the kernel (after a
   // short spin) instead of burning a core. Throws the transport's error.
   virtual void progress(Clock::time_point until) = 0;
+  // The same, when `until` is only a polling bound: `deadline` is the earliest
+  // deadline of the operations waiting, where a transport that blocks on a
+  // peer inside one call (a shared copy) gives up.
+  virtual void progress(Clock::time_point until, Clock::time_point deadline) { progress(until); }
 
   // Make a blocked progress() return (any thread).
   virtual void wakeup() = 0;

@@ -27,6 +27,9 @@ class TransportView final : public Transport {
     return parent_.irecv(channel, ranks_.at(src), tag, what, bytes, std::move(sink), direct);
   }
   void progress(Clock::time_point until) override { parent_.progress(until); }
+  void progress(Clock::time_point until, Clock::time_point deadline) override {
+    parent_.progress(until, deadline);
+  }
   void wakeup() override { parent_.wakeup(); }
   void cancel(const std::string& why, bool propagate) override { parent_.cancel(why, propagate); }
   std::string failure() const override { return parent_.failure(); }

@@ -67,9 +67,8 @@ class ShmTransport final : public Transport {
   RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
                    Sink sink, void* direct = nullptr) override;
   void progress(Clock::time_point until) override;
-  // Returns by `until` like progress(until); `deadline` is the waiting
-  // operation's own (a shared copy stuck on a stopped sender times out there).
-  void progress(Clock::time_point until, Clock::time_point deadline);
+  // A shared copy stuck on a stopped sender times out at `deadline`.
+  void progress(Clock::time_point until, Clock::time_point deadline) override;
   void wakeup() override;
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;

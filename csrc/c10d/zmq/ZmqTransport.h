@@ -82,6 +82,7 @@ class ZmqTransport final : public Transport {
                    const void* data, size_t bytes) override;
   RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
                    Sink sink, void* direct = nullptr) override;
+  using Transport::progress;
   void progress(Clock::time_point until) override;
   void wakeup() override;
   void cancel(const std::string& why, bool propagate) override;
