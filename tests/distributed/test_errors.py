@@ -192,3 +192,29 @@ def shutdown_during_p2p(rank, n):
 
 def test_shutdown_while_another_thread_sends(tmp_path):
     spawn(shutdown_during_p2p, 2, tmp_path)
+
+
+def shutdown_before_large_send_is_read(rank, n):
+    # A send too large for the p2p ring is read by the receiver straight out
+    # of the sender's tensor (single copy), once the receiver posts its recv.
+    # The sender shuts its group down first and reuses the tensor: the late
+    # receive must fail, not deliver what the tensor holds by then.
+    assert info_of()["single_copy"] == single_copy_allowed()
+    g = dist.new_group(list(range(n)))
+    backend = g._get_backend(torch.device("cpu"))
+    t = torch.ones(1 << 20)  # 4 MiB
+    if rank == 0:
+        work = backend.send([t], 1, 3)
+        backend.shutdown()
+        t.fill_(7)
+        expect_dist_error(work.wait, "shut down")
+    dist.barrier()  # on the default group: the receiver starts only now
+    if rank == 1:
+        r = torch.zeros(1 << 20)
+        expect_dist_error(lambda: backend.recv([r], 0, 3).wait(), "rank 0")
+        assert not r.eq(7).any(), "the receive read the sender's reused tensor"
+    dist.barrier()
+
+
+def test_shutdown_before_a_large_send_was_read(tmp_path):
+    spawn(shutdown_before_large_send_is_read, 2, tmp_path)

@@ -708,9 +708,17 @@ void ShmTransport::cancel(const std::string& why, bool propagate) {
 }
 
 void ShmTransport::quiesce() {
-  // A peer may still be inside readFromSender on one of our buffers: it checks
-  // the group's failure between chunks, so this wait is short; bounded in case
-  // the peer is stuck.
+  // A peer may still read a single-copy send of ours that it has not
+  // acknowledged: now or later, once it posts the receive. A failure that
+  // stayed local (shutdown(), a local mismatch) would not stop that later
+  // read, so publish it first; a reader checks the group's failure after
+  // raising `reading` and between chunks, so the wait below is short
+  // (bounded in case the peer is stuck).
+  bool unread = false;
+  for (const auto& q : awaitingAck_) unread = unread || !q.empty();
+  if (!unread) return;
+  const std::string why = failure();
+  cancel(why.empty() ? "oreg_ccl: rank " + std::to_string(rank_) + " stopped" : why, true);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const auto until = Clock::now() + std::chrono::seconds(2);
   for (int p = 0; p < size_; ++p) {
