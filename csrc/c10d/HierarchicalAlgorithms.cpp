@@ -13,7 +13,7 @@ namespace openreg::ccl {
 // per leader) up to 4 hosts and for tiny messages; recursive doubling (log2 H
 // steps, one message each) beyond. Measured at 5 and 8 simulated hosts: 1 KiB
 // one-shot ~20% faster, 8 KiB even, 64 KiB recursive doubling ~10% faster.
-constexpr size_t kOneShotHosts = 4;
+constexpr int kOneShotHosts = 4;
 constexpr size_t kTinyBytes = 8 << 10;
 
 void allreduceHierarchical(Collective& c, void* buf, size_t count, c10::ScalarType dtype,
