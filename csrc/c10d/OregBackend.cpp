@@ -441,9 +441,6 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recvImpl(std::vector<at::Tensor>& te
                         (srcRank >= 0 && srcRank < getSize() && srcRank != getRank()),
                     "oreg_ccl: recv from invalid rank ", srcRank, " (group size ", getSize(),
                     ", own rank ", getRank(), ")");
-  TORCH_CHECK(srcRank != kAnySource || !topology_.multiHost(),
-              "oreg_ccl: recv from any source is not supported in a process group that spans "
-              "hosts (", topology_.describe(), "), as with NCCL; pass the source rank");
   Post post = [t = forWorker(t), srcRank, tag](Collective& c,
                                            const c10::intrusive_ptr<OregWork>& work) {
     auto s = std::make_shared<Staged>(stage(t, t.scalar_type(), /*load=*/false));

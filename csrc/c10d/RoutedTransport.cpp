@@ -36,15 +36,40 @@ RequestPtr RoutedTransport::isend(Channel ch, int dst, uint64_t tag, const std::
 
 RequestPtr RoutedTransport::irecv(Channel ch, int src, uint64_t tag, const std::string& what,
                                   size_t bytes, Sink sink, void* direct) {
-  // Matching any source would need both transports to agree on who takes a
-  // message; like NCCL, oreg_ccl has no any-source receive across hosts.
-  TORCH_CHECK(src != kAnySource, "oreg_ccl: receiving from any source is not supported in a "
-              "process group that spans hosts; pass the source rank");
+  if (src == kAnySource && ch == Channel::kP2P)
+    return irecvAnySource(tag, what, bytes, std::move(sink), direct);
   TORCH_CHECK(src >= 0 && src < size() && src != rank(), "oreg_ccl: invalid source rank ", src);
   if (!topo_.isLocal(src)) return zmq_->irecv(ch, src, tag, what, bytes, std::move(sink), direct);
   auto req = shm_->irecv(ch, topo_.localIndex(src), tag, what, bytes, std::move(sink), direct);
   req->peer = src;
   return req;
+}
+
+RequestPtr RoutedTransport::irecvAnySource(uint64_t tag, const std::string& what, size_t bytes,
+                                           Sink sink, void* direct) {
+  // One half in each transport, sharing a `taken` flag: the first to match a
+  // message takes it, and the other is dropped where it would have matched
+  // (PostedRecv::take), so exactly one message is consumed. Each transport
+  // keeps posting order among its own receives, as MPI's matching rules ask.
+  auto whole = std::make_shared<Request>();
+  whole->peer = kAnySource;
+  auto taken = std::make_shared<std::atomic<bool>>(false);
+  std::vector<RequestPtr> halves;
+  if (shm_) {
+    RequestPtr local = shm_->irecvAnyOf(tag, what, bytes, sink, direct, taken);
+    local->onComplete = [whole, ranks = topo_.localRanks(), half = local.get()] {
+      completeRequest(*whole, ranks[half->peer]);  // local index -> group rank
+    };
+    halves.push_back(std::move(local));
+  }
+  RequestPtr remote = zmq_->irecvAnyOf(tag, what, bytes, std::move(sink), taken);
+  remote->onComplete = [whole, half = remote.get()] { completeRequest(*whole, half->peer); };
+  halves.push_back(std::move(remote));
+  // A half that found its message already buffered completed before it had
+  // its callback.
+  for (auto& half : halves)
+    if (half->done.load(std::memory_order_acquire)) half->onComplete();
+  return whole;
 }
 
 void RoutedTransport::progress(Clock::time_point until, Clock::time_point deadline) {

@@ -5,7 +5,8 @@
 // see one transport with the group's rank numbers; this class routes each
 // message by destination and waits on both: the ZeroMQ I/O thread rings the
 // shared-memory doorbell when something arrives, so one futex sleep covers
-// both transports.
+// both transports. A receive from any source is posted in both transports
+// as two halves of which only the first to match takes a message.
 //
 // Failures: cancel(propagate) fails the local ranks through the shared-memory
 // failure slot and the remote ones with an abort message.
@@ -45,6 +46,9 @@ class RoutedTransport final : public Transport {
   const ShmTransport* shm() const { return shm_.get(); }
 
  private:
+  RequestPtr irecvAnySource(uint64_t tag, const std::string& what, size_t bytes, Sink sink,
+                            void* direct);
+
   const Topology topo_;
   std::shared_ptr<ShmTransport> shm_;  // null when this host runs one rank of the group
   std::shared_ptr<ZmqTransport> zmq_;  // declared last: its I/O thread stops first

@@ -72,6 +72,12 @@ struct PostedRecv {
   size_t bytes;
   Sink sink;
   char* direct = nullptr;  // see Transport::irecv
+  // Set on each half of a receive from any source in a group that spans
+  // transports (RoutedTransport posts one half in each): the first half to
+  // match a message takes it, the other is dropped where it would match.
+  std::shared_ptr<std::atomic<bool>> taken;
+  bool stale() const { return taken && taken->load(); }
+  bool take() { return !taken || !taken->exchange(true); }
 };
 
 // The errors every transport raises in the same words (thrown by the caller).

@@ -85,16 +85,38 @@ def test_large_reduce_across_hosts(tmp_path, hosts):
 
 
 def p2p_across_hosts(rank, n):
-    p2p(rank, n, any_source=False)
-    # Like NCCL: no receive from any source when the group spans hosts.
-    with pytest.raises(RuntimeError, match="any source"):
-        dist.recv(torch.empty(2))
+    p2p(rank, n)  # recv from any source included: one sender on rank 0's host, one remote
+    # A receive from any source posted before one from a given rank with the
+    # same tag takes the first of that rank's messages, the later receive the
+    # next one (posting order, as MPI); a message from rank 1 (shared memory)
+    # racing rank 2's (ZeroMQ) is taken by exactly one receive.
+    big = 300_000  # over the p2p ring: single copy between ranks of a host
+    for size in (3, big):
+        if rank == 0:
+            first, second, third = torch.empty(size), torch.empty(size), torch.empty(size)
+            w1 = dist.irecv(first)  # any source
+            w2 = dist.irecv(second, src=2)
+            w3 = dist.irecv(third)  # any source
+            for w in (w1, w2, w3):
+                w.wait()
+            got = tuple(t[0].item() for t in (first, second, third))
+            # Rank 2's two messages go to the receives that take them in posting order.
+            assert got in [(20.0, 21.0, 1.0), (1.0, 20.0, 21.0)], got
+            for t, v in zip((first, second, third), got):
+                assert torch.equal(t, torch.full((size,), v))
+        elif rank == 1:
+            dist.send(torch.full((size,), 1.0), 0)
+        elif rank == 2:
+            dist.send(torch.full((size,), 20.0), 0)
+            dist.send(torch.full((size,), 21.0), 0)
+        dist.barrier()
 
 
 @pytest.mark.parametrize("io_threads", ["1", "2"])
-def test_send_recv_across_hosts(tmp_path, io_threads):
-    spawn(p2p_across_hosts, 3, tmp_path, host_of=(0, 0, 1),
-          env={"OREG_CCL_ZMQ_IO_THREADS": io_threads})
+@pytest.mark.parametrize("hosts", [(0, 0, 1), (0, 1, 1)], ids=["2+1", "1+2"])
+def test_send_recv_across_hosts(tmp_path, io_threads, hosts):
+    # 2+1: rank 0 receives from any source over both transports; 1+2: over ZeroMQ only.
+    spawn(p2p_across_hosts, 3, tmp_path, host_of=hosts, env={"OREG_CCL_ZMQ_IO_THREADS": io_threads})
 
 
 # ---- the wire protocol against a hostile peer -------------------------------------

@@ -305,6 +305,19 @@ RequestPtr ShmTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
 
 RequestPtr ShmTransport::irecv(Channel ch, int src, uint64_t tag, const std::string& what,
                                size_t bytes, Sink sink, void* direct) {
+  return postRecv(ch, src, tag, what, bytes, std::move(sink), direct, nullptr);
+}
+
+RequestPtr ShmTransport::irecvAnyOf(uint64_t tag, const std::string& what, size_t bytes,
+                                    Sink sink, void* direct,
+                                    std::shared_ptr<std::atomic<bool>> taken) {
+  return postRecv(Channel::kP2P, kAnySource, tag, what, bytes, std::move(sink), direct,
+                  std::move(taken));
+}
+
+RequestPtr ShmTransport::postRecv(Channel ch, int src, uint64_t tag, const std::string& what,
+                                  size_t bytes, Sink sink, void* direct,
+                                  std::shared_ptr<std::atomic<bool>> taken) {
   checkFailure();
   TORCH_CHECK((src >= 0 && src < size_ && src != rank_) || (src == kAnySource && ch == Channel::kP2P),
               "oreg_ccl: invalid source rank ", src);
@@ -312,7 +325,7 @@ RequestPtr ShmTransport::irecv(Channel ch, int src, uint64_t tag, const std::str
   req->peer = src;
   auto r = std::make_shared<PostedRecv>(
       PostedRecv{req, src, tag, what.substr(0, sizeof(ShmMessageHeader::what) - 1), bytes,
-                  std::move(sink), static_cast<char*>(direct)});
+                  std::move(sink), static_cast<char*>(direct), std::move(taken)});
   if (ch == Channel::kCollective) {
     collRecvs_[src].push_back(r);
     return req;
@@ -320,6 +333,7 @@ RequestPtr ShmTransport::irecv(Channel ch, int src, uint64_t tag, const std::str
   // A p2p message may already sit in host memory.
   for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
     if (it->claimedBy || it->tag != tag || (src != kAnySource && it->src != src)) continue;
+    if (!r->take()) return req;  // the other half of this receive took a message first
     it->claimedBy = r;
     if (it->complete) {
       int from = it->src;
@@ -559,12 +573,23 @@ bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessa
     in.recv = r;
   } else {
     bool blocked = false;
-    for (auto it = p2pRecvs_.begin(); it != p2pRecvs_.end(); ++it) {
+    for (auto it = p2pRecvs_.begin(); it != p2pRecvs_.end();) {
       auto& r = *it;
-      if (r->src != src && r->src != kAnySource) continue;
+      if (r->stale()) {  // its other half, in another transport, took a message
+        it = p2pRecvs_.erase(it);
+        continue;
+      }
+      if (r->src != src && r->src != kAnySource) {
+        ++it;
+        continue;
+      }
       blocked = true;
-      if (r->tag != h.tag) continue;
+      if (r->tag != h.tag) {
+        ++it;
+        continue;
+      }
       if (r->bytes != h.bytes) sizeMismatch(*r, src, h.bytes);
+      r->take();
       in.recv = r;
       p2pRecvs_.erase(it);
       break;
@@ -740,6 +765,7 @@ void ShmTransport::wakeup() {
 void ShmTransport::checkPeersAlive() {
   // Only peers we are exchanging bytes with matter: a peer that finished and
   // exited is fine as long as nobody waits for it.
+  p2pRecvs_.remove_if([](const std::shared_ptr<PostedRecv>& r) { return r->stale(); });
   std::vector<bool> involved(size_, false);
   for (int p = 0; p < size_; ++p) {
     for (Channel ch : {Channel::kCollective, Channel::kP2P})

@@ -66,6 +66,10 @@ class ShmTransport final : public Transport {
                    const void* data, size_t bytes) override;
   RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
                    Sink sink, void* direct = nullptr) override;
+  // A receive from any of this transport's ranks that is one half of a
+  // receive from any source across transports (PostedRecv::taken).
+  RequestPtr irecvAnyOf(uint64_t tag, const std::string& what, size_t bytes, Sink sink,
+                        void* direct, std::shared_ptr<std::atomic<bool>> taken);
   void progress(Clock::time_point until) override;
   // A shared copy stuck on a stopped sender times out at `deadline`.
   void progress(Clock::time_point until, Clock::time_point deadline) override;
@@ -125,6 +129,8 @@ class ShmTransport final : public Transport {
   ShmRing* ring(int owner, int src, Channel ch) const;
   int slot(int peer, Channel ch) const { return peer * 2 + static_cast<int>(ch); }
 
+  RequestPtr postRecv(Channel ch, int src, uint64_t tag, const std::string& what, size_t bytes,
+                      Sink sink, void* direct, std::shared_ptr<std::atomic<bool>> taken);
   bool pollAll();
   bool pushSends(int dst, Channel ch);
   bool pullRecvs(int src, Channel ch);

@@ -494,13 +494,24 @@ void ZmqTransport::wakeup() {
 
 RequestPtr ZmqTransport::irecv(Channel ch, int src, uint64_t tag, const std::string& what,
                                size_t bytes, Sink sink, void* /*direct: pieces arrive by message*/) {
+  return postRecv(ch, src, tag, what, bytes, std::move(sink), nullptr);
+}
+
+RequestPtr ZmqTransport::irecvAnyOf(uint64_t tag, const std::string& what, size_t bytes,
+                                    Sink sink, std::shared_ptr<std::atomic<bool>> taken) {
+  return postRecv(Channel::kP2P, kAnySource, tag, what, bytes, std::move(sink), std::move(taken));
+}
+
+RequestPtr ZmqTransport::postRecv(Channel ch, int src, uint64_t tag, const std::string& what,
+                                  size_t bytes, Sink sink, std::shared_ptr<std::atomic<bool>> taken) {
   checkFailure();
   TORCH_CHECK((src >= 0 && src < size_ && remote_[src]) || (src == kAnySource && ch == Channel::kP2P),
               "oreg_ccl: rank ", src, " is not reachable over ZeroMQ from rank ", rank_);
   auto req = std::make_shared<Request>();
   req->peer = src;
-  auto r = std::make_shared<PostedRecv>(PostedRecv{
-      req, src, tag, what.substr(0, sizeof(wire::Header::what) - 1), bytes, std::move(sink)});
+  auto r = std::make_shared<PostedRecv>(
+      PostedRecv{req, src, tag, what.substr(0, sizeof(wire::Header::what) - 1), bytes,
+                 std::move(sink), nullptr, std::move(taken)});
   if (ch == Channel::kCollective)
     collRecvs_[src].push_back(r);
   else
@@ -516,6 +527,7 @@ void ZmqTransport::bindP2P(const std::shared_ptr<PostedRecv>& r) {
     for (auto& m : inbox_[slot(p, Channel::kP2P)]) {
       if (m->recv || m->tag != r->tag) continue;
       if (m->bytes != r->bytes) fail(sizeMismatchMessage(rank_, *r, p, m->bytes), false);
+      if (!r->take()) return;  // the other half of this receive took a message first
       m->recv = r;
       r->req->peer = p;
       return;
@@ -540,10 +552,18 @@ void ZmqTransport::accept(Arrival&& a) {
     box.push_back(m);
     if (ch == Channel::kP2P) {
       // A receive may be waiting for it already.
-      for (auto it = p2pRecvs_.begin(); it != p2pRecvs_.end(); ++it) {
+      for (auto it = p2pRecvs_.begin(); it != p2pRecvs_.end();) {
         auto& r = *it;
-        if ((r->src != src && r->src != kAnySource) || r->tag != h.tag) continue;
+        if (r->stale()) {  // its other half, in another transport, took a message
+          it = p2pRecvs_.erase(it);
+          continue;
+        }
+        if ((r->src != src && r->src != kAnySource) || r->tag != h.tag) {
+          ++it;
+          continue;
+        }
         if (r->bytes != h.bytes) fail(sizeMismatchMessage(rank_, *r, src, h.bytes), false);
+        r->take();
         m->recv = r;
         r->req->peer = src;
         p2pRecvs_.erase(it);
@@ -680,6 +700,7 @@ void ZmqTransport::quiesce() {
 
 void ZmqTransport::checkPeers() {
   // A dropped connection matters only while we wait for that peer.
+  p2pRecvs_.remove_if([](const std::shared_ptr<PostedRecv>& r) { return r->stale(); });
   std::vector<bool> involved(size_, false);
   for (int p = 0; p < size_; ++p) {
     if (!collRecvs_[p].empty()) involved[p] = true;

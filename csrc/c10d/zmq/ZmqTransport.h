@@ -82,6 +82,10 @@ class ZmqTransport final : public Transport {
                    const void* data, size_t bytes) override;
   RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
                    Sink sink, void* direct = nullptr) override;
+  // A receive from any of this transport's ranks that is one half of a
+  // receive from any source across transports (PostedRecv::taken).
+  RequestPtr irecvAnyOf(uint64_t tag, const std::string& what, size_t bytes, Sink sink,
+                        std::shared_ptr<std::atomic<bool>> taken);
   using Transport::progress;
   void progress(Clock::time_point until) override;
   void wakeup() override;
@@ -134,6 +138,8 @@ class ZmqTransport final : public Transport {
   bool sendOrDrop(Outgoing& out);
 
   // The progress side: whichever thread drives the transport.
+  RequestPtr postRecv(Channel ch, int src, uint64_t tag, const std::string& what, size_t bytes,
+                      Sink sink, std::shared_ptr<std::atomic<bool>> taken);
   void accept(Arrival&& a);
   bool match();
   bool deliver(Inbound& m);
