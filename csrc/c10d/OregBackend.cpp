@@ -108,14 +108,6 @@ std::string attemptPrefix(const c10::intrusive_ptr<c10d::Store>& store, int rank
   }
 }
 
-// Run `fn` once `req` completes (it may already have, inside isend/irecv).
-void onDone(const RequestPtr& req, std::function<void()> fn) {
-  if (req->done.load(std::memory_order_acquire))
-    fn();
-  else
-    req->onComplete = std::move(fn);
-}
-
 std::exception_ptr asDistError(std::exception_ptr e) {
   try {
     std::rethrow_exception(e);

@@ -54,21 +54,20 @@ RequestPtr RoutedTransport::irecvAnySource(uint64_t tag, const std::string& what
   auto whole = std::make_shared<Request>();
   whole->peer = kAnySource;
   auto taken = std::make_shared<std::atomic<bool>>(false);
-  std::vector<RequestPtr> halves;
-  if (shm_) {
-    RequestPtr local = shm_->irecvAnyOf(tag, what, bytes, sink, direct, taken);
-    local->onComplete = [whole, ranks = topo_.localRanks(), half = local.get()] {
-      completeRequest(*whole, ranks[half->peer]);  // local index -> group rank
-    };
-    halves.push_back(std::move(local));
+  RequestPtr local, remote;
+  if (shm_) local = shm_->irecvAnyOf(tag, what, bytes, sink, direct, taken);
+  try {
+    remote = zmq_->irecvAnyOf(tag, what, bytes, std::move(sink), taken);
+  } catch (...) {
+    taken->store(true);  // retire the posted half too
+    throw;
   }
-  RequestPtr remote = zmq_->irecvAnyOf(tag, what, bytes, std::move(sink), taken);
-  remote->onComplete = [whole, half = remote.get()] { completeRequest(*whole, half->peer); };
-  halves.push_back(std::move(remote));
-  // A half that found its message already buffered completed before it had
-  // its callback.
-  for (auto& half : halves)
-    if (half->done.load(std::memory_order_acquire)) half->onComplete();
+  if (local) {
+    onDone(local, [whole, ranks = topo_.localRanks(), half = local.get()] {
+      completeRequest(*whole, ranks[half->peer]);  // local index -> group rank
+    });
+  }
+  onDone(remote, [whole, half = remote.get()] { completeRequest(*whole, half->peer); });
   return whole;
 }
 

@@ -7,7 +7,17 @@ namespace openreg::ccl {
 void completeRequest(Request& req, int peer) {
   req.peer = peer;
   req.done.store(true, std::memory_order_release);
-  if (req.onComplete) req.onComplete();
+  if (auto fn = std::move(req.onComplete)) {
+    req.onComplete = nullptr;
+    fn();
+  }
+}
+
+void onDone(const RequestPtr& req, std::function<void()> fn) {
+  if (req->done.load(std::memory_order_acquire))
+    fn();
+  else
+    req->onComplete = std::move(fn);
 }
 
 std::string mismatchMessage(int rank, const PostedRecv& expected, int src, const std::string& what,

@@ -60,8 +60,12 @@ struct Request {
 };
 using RequestPtr = std::shared_ptr<Request>;
 
-// Mark `req` done by `peer` and run its completion (progress thread).
+// Mark `req` done by `peer` and run its completion (progress thread), which
+// the request then drops (with whatever it captured).
 void completeRequest(Request& req, int peer);
+// Run `fn` once `req` completes: at once if it already has (inside
+// isend/irecv), else from completeRequest. Progress thread.
+void onDone(const RequestPtr& req, std::function<void()> fn);
 
 // A receive a transport holds until its message arrives.
 struct PostedRecv {

@@ -521,6 +521,7 @@ RequestPtr ZmqTransport::postRecv(Channel ch, int src, uint64_t tag, const std::
 }
 
 void ZmqTransport::bindP2P(const std::shared_ptr<PostedRecv>& r) {
+  if (r->stale()) return;  // its other half took a message already
   // The earliest unmatched message with this (source, tag), like MPI.
   for (int p = 0; p < size_; ++p) {
     if (!remote_[p] || (r->src != kAnySource && r->src != p)) continue;
