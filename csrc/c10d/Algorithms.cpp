@@ -294,6 +294,8 @@ void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffs
 
 void gather(Collective& c, const void* in, const std::vector<char*>& blocks, size_t bytes,
             int root) {
+  if (c.topology && bytes <= config().oneShotBytes)
+    return gatherHierarchical(c, in, blocks, bytes, root);
   if (c.rank() != root) return c.wait(c.send(root, in, bytes));
   if (bytes) std::memmove(blocks[root], in, bytes);  // the root's input may be its own block
   std::vector<RequestPtr> recvs;
@@ -304,6 +306,8 @@ void gather(Collective& c, const void* in, const std::vector<char*>& blocks, siz
 
 void scatter(Collective& c, const std::vector<const char*>& blocks, void* out, size_t bytes,
              int root) {
+  if (c.topology && bytes <= config().oneShotBytes)
+    return scatterHierarchical(c, blocks, out, bytes, root);
   if (c.rank() != root) return c.wait(c.recvInto(root, out, bytes));
   // Sends first: receivers start reading their blocks while we copy our own.
   std::vector<RequestPtr> sends;

@@ -47,6 +47,11 @@
 //      rank i sums, for every host, the part of that host's rank i; then the
 //      column exchanges those host sums over the network ((H-1) parts out of
 //      each rank instead of (H-1) L).
+//  gather / scatter, blocks up to OREG_CCL_ONESHOT_BYTES: each host's blocks
+//      meet at one rank over shared memory (the root on its host, the first
+//      rank elsewhere) and cross the network as one message per host instead
+//      of one per rank; larger blocks go direct (one sender per rank keeps
+//      several network streams busy, and the bundle would cost a copy).
 //  The other collectives use the direct algorithms above on the routed
 //  transport (each message takes shared memory or the network by destination).
 //  alltoall gains nothing from a hierarchy in bytes: every block that crosses
@@ -140,9 +145,13 @@ void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffs
 // `blocks[q]` receives rank q's `bytes` (only used on the root).
 void gather(Collective& c, const void* in, const std::vector<char*>& blocks, size_t bytes,
             int root);
+void gatherHierarchical(Collective& c, const void* in, const std::vector<char*>& blocks,
+                        size_t bytes, int root);
 // Rank q receives `blocks[q]` (only used on the root).
 void scatter(Collective& c, const std::vector<const char*>& blocks, void* out, size_t bytes,
              int root);
+void scatterHierarchical(Collective& c, const std::vector<const char*>& blocks, void* out,
+                         size_t bytes, int root);
 void barrier(Collective& c);
 
 }  // namespace openreg::ccl

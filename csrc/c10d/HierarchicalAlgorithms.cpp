@@ -1,5 +1,6 @@
 // Collectives of a group that spans hosts: shared memory within a host, the
 // network between hosts (the steps are described in Algorithms.h).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -153,6 +154,95 @@ void reduceScatterHierarchical(Collective& c, const void* in, void* out, size_t 
   for (int q : column)
     if (q != r) c.wait(c.recvReduce(q, out, count, dtype, op));
   c.waitAll(sends);  // `partial` and `in` are read until then
+}
+
+namespace {
+
+// The rank that collects (gather) or hands out (scatter) host h's blocks: the
+// root on its own host, the first rank elsewhere.
+int hostLeader(const Topology& t, int h, int root) {
+  return h == t.hostOf[root] ? root : t.hosts[h][0];
+}
+
+// Host h's blocks travel as one message, in the order of its ranks.
+size_t bundleBytes(const Topology& t, int h, size_t bytes) { return t.hosts[h].size() * bytes; }
+
+}  // namespace
+
+void gatherHierarchical(Collective& c, const void* in, const std::vector<char*>& blocks,
+                        size_t bytes, int root) {
+  const Topology& t = *c.topology;
+  const int me = t.host(), rootHost = t.hostOf[root];
+  TransportView local(c.transport, t.localRanks());
+  Collective lc = c.on(local);
+  const int leader = hostLeader(t, me, root);
+  if (me != rootHost) {
+    // Collect this host's blocks, then send them to the root in one message.
+    std::vector<char> bundle(c.rank() == leader ? bundleBytes(t, me, bytes) : 0);
+    std::vector<char*> parts;
+    for (size_t i = 0; i < t.localRanks().size(); ++i) parts.push_back(bundle.data() + i * bytes);
+    gather(lc, in, parts, bytes, t.localIndex(leader));
+    if (c.rank() == leader) c.wait(c.send(root, bundle.data(), bundle.size()));
+    return;
+  }
+  // The root receives each remote host's bundle straight into that host's
+  // blocks (a piece may span blocks), while its own host gathers locally.
+  std::vector<RequestPtr> recvs;
+  if (c.rank() == root) {
+    for (size_t h = 0; h < t.hosts.size(); ++h) {
+      if (int(h) == rootHost) continue;
+      const std::vector<int>& ranks = t.hosts[h];
+      auto sink = [&blocks, ranks, bytes](const void* data, size_t off, size_t n) {
+        const char* from = static_cast<const char*>(data);
+        while (n) {
+          const size_t i = off / bytes, at = off % bytes, k = std::min(n, bytes - at);
+          std::memcpy(blocks[ranks[i]] + at, from, k);
+          from += k, off += k, n -= k;
+        }
+      };
+      recvs.push_back(c.transport.irecv(Channel::kCollective, t.hosts[h][0], c.tag, c.what,
+                                        bundleBytes(t, int(h), bytes), sink));
+    }
+  }
+  std::vector<char*> parts;
+  for (int q : t.localRanks()) parts.push_back(c.rank() == root ? blocks[q] : nullptr);
+  gather(lc, in, parts, bytes, t.localIndex(root));
+  c.waitAll(recvs);
+}
+
+void scatterHierarchical(Collective& c, const std::vector<const char*>& blocks, void* out,
+                         size_t bytes, int root) {
+  const Topology& t = *c.topology;
+  const int me = t.host(), rootHost = t.hostOf[root];
+  TransportView local(c.transport, t.localRanks());
+  Collective lc = c.on(local);
+  const int leader = hostLeader(t, me, root);
+  if (me != rootHost) {
+    // Receive this host's blocks in one message, then hand them out locally.
+    std::vector<char> bundle(c.rank() == leader ? bundleBytes(t, me, bytes) : 0);
+    if (c.rank() == leader) c.wait(c.recvInto(root, bundle.data(), bundle.size()));
+    std::vector<const char*> parts;
+    for (size_t i = 0; i < t.localRanks().size(); ++i) parts.push_back(bundle.data() + i * bytes);
+    return scatter(lc, parts, out, bytes, t.localIndex(leader));
+  }
+  // The root packs each remote host's blocks into one message (small: see
+  // the caller), then scatters within its own host.
+  std::vector<std::vector<char>> bundles;
+  std::vector<RequestPtr> sends;
+  if (c.rank() == root) {
+    bundles.reserve(t.hosts.size());
+    for (size_t h = 0; h < t.hosts.size(); ++h) {
+      if (int(h) == rootHost) continue;
+      bundles.emplace_back(bundleBytes(t, int(h), bytes));
+      for (size_t i = 0; i < t.hosts[h].size(); ++i)
+        if (bytes) std::memcpy(bundles.back().data() + i * bytes, blocks[t.hosts[h][i]], bytes);
+      sends.push_back(c.send(t.hosts[h][0], bundles.back().data(), bundles.back().size()));
+    }
+  }
+  std::vector<const char*> parts;
+  for (int q : t.localRanks()) parts.push_back(c.rank() == root ? blocks[q] : nullptr);
+  scatter(lc, parts, out, bytes, t.localIndex(root));
+  c.waitAll(sends);
 }
 
 }  // namespace openreg::ccl

@@ -18,7 +18,8 @@ import torch.distributed as dist
 from torch.distributed import ReduceOp
 
 from _harness import info_of, spawn
-from test_collectives import ALL, check, make, matrix, ops_for, reduce_op, reference, run_allreduce
+from test_collectives import (ALL, check, gather_scatter_tensors, make, matrix, ops_for, reduce_op,
+                              reference, run_allreduce)
 from test_errors import expect_dist_error, timeouts
 from test_p2p import p2p
 
@@ -82,6 +83,13 @@ def large_reduce_across_hosts(rank, n):
 @pytest.mark.parametrize("hosts", [(0, 1, 1, 0, 0, 1), (0, 1, 2)], ids=["2x3-interleaved", "3x1"])
 def test_large_reduce_across_hosts(tmp_path, hosts):
     spawn(large_reduce_across_hosts, len(hosts), tmp_path, timeout=120, host_of=hosts)
+
+
+@pytest.mark.parametrize("hosts", [(0, 1, 1, 0), (1, 0, 0)], ids=["2x2-root-not-first", "1+2"])
+def test_gather_scatter_across_hosts(tmp_path, hosts):
+    # The root is the last rank: small blocks go host by host in one message
+    # per host (the root is not its host's first rank in 2x2), large ones direct.
+    spawn(gather_scatter_tensors, len(hosts), tmp_path, timeout=120, host_of=hosts)
 
 
 def p2p_across_hosts(rank, n):
