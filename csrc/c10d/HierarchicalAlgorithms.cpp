@@ -158,40 +158,56 @@ void reduceScatterHierarchical(Collective& c, const void* in, void* out, size_t 
 
 namespace {
 
-// The rank that collects (gather) or hands out (scatter) host h's blocks: the
-// root on its own host, the first rank elsewhere.
-int hostLeader(const Topology& t, int h, int root) {
-  return h == t.hostOf[root] ? root : t.hosts[h][0];
-}
-
 // Host h's blocks travel as one message, in the order of its ranks.
 size_t bundleBytes(const Topology& t, int h, size_t bytes) { return t.hosts[h].size() * bytes; }
+
+// This rank's side of a host-by-host gather or scatter: its host's leader,
+// which collects or hands out the host's blocks (the root on the root's host,
+// the first rank elsewhere), and on a remote host's leader the bundle.
+struct ByHost {
+  const Topology& t;
+  TransportView local;
+  Collective lc;
+  bool rootHost;
+  int leader;
+  std::vector<char> bundle;  // filled on a remote host's leader only
+
+  ByHost(Collective& c, int root, size_t bytes)
+      : t(*c.topology),
+        local(c.transport, t.localRanks()),
+        lc(c.on(local)),
+        rootHost(t.host() == t.hostOf[root]),
+        leader(rootHost ? root : t.localRanks()[0]),
+        bundle(!rootHost && c.rank() == leader ? bundleBytes(t, t.host(), bytes) : 0) {}
+
+  // Where each local rank's block lies in the bundle.
+  template <typename Ptr>
+  std::vector<Ptr> parts(size_t bytes) {
+    std::vector<Ptr> p;
+    for (size_t i = 0; i < t.localRanks().size(); ++i) p.push_back(bundle.data() + i * bytes);
+    return p;
+  }
+};
 
 }  // namespace
 
 void gatherHierarchical(Collective& c, const void* in, const std::vector<char*>& blocks,
                         size_t bytes, int root) {
-  const Topology& t = *c.topology;
-  const int me = t.host(), rootHost = t.hostOf[root];
-  TransportView local(c.transport, t.localRanks());
-  Collective lc = c.on(local);
-  const int leader = hostLeader(t, me, root);
-  if (me != rootHost) {
+  ByHost h(c, root, bytes);
+  const Topology& t = h.t;
+  if (!h.rootHost) {
     // Collect this host's blocks, then send them to the root in one message.
-    std::vector<char> bundle(c.rank() == leader ? bundleBytes(t, me, bytes) : 0);
-    std::vector<char*> parts;
-    for (size_t i = 0; i < t.localRanks().size(); ++i) parts.push_back(bundle.data() + i * bytes);
-    gather(lc, in, parts, bytes, t.localIndex(leader));
-    if (c.rank() == leader) c.wait(c.send(root, bundle.data(), bundle.size()));
+    gather(h.lc, in, h.parts<char*>(bytes), bytes, t.localIndex(h.leader));
+    if (c.rank() == h.leader) c.wait(c.send(root, h.bundle.data(), h.bundle.size()));
     return;
   }
   // The root receives each remote host's bundle straight into that host's
   // blocks (a piece may span blocks), while its own host gathers locally.
   std::vector<RequestPtr> recvs;
   if (c.rank() == root) {
-    for (size_t h = 0; h < t.hosts.size(); ++h) {
-      if (int(h) == rootHost) continue;
-      const std::vector<int>& ranks = t.hosts[h];
+    for (size_t host = 0; host < t.hosts.size(); ++host) {
+      if (int(host) == t.host()) continue;
+      const std::vector<int>& ranks = t.hosts[host];
       auto sink = [&blocks, ranks, bytes](const void* data, size_t off, size_t n) {
         const char* from = static_cast<const char*>(data);
         while (n) {
@@ -200,30 +216,24 @@ void gatherHierarchical(Collective& c, const void* in, const std::vector<char*>&
           from += k, off += k, n -= k;
         }
       };
-      recvs.push_back(c.transport.irecv(Channel::kCollective, t.hosts[h][0], c.tag, c.what,
-                                        bundleBytes(t, int(h), bytes), sink));
+      recvs.push_back(c.transport.irecv(Channel::kCollective, ranks[0], c.tag, c.what,
+                                        bundleBytes(t, int(host), bytes), sink));
     }
   }
   std::vector<char*> parts;
   for (int q : t.localRanks()) parts.push_back(c.rank() == root ? blocks[q] : nullptr);
-  gather(lc, in, parts, bytes, t.localIndex(root));
+  gather(h.lc, in, parts, bytes, t.localIndex(root));
   c.waitAll(recvs);
 }
 
 void scatterHierarchical(Collective& c, const std::vector<const char*>& blocks, void* out,
                          size_t bytes, int root) {
-  const Topology& t = *c.topology;
-  const int me = t.host(), rootHost = t.hostOf[root];
-  TransportView local(c.transport, t.localRanks());
-  Collective lc = c.on(local);
-  const int leader = hostLeader(t, me, root);
-  if (me != rootHost) {
+  ByHost h(c, root, bytes);
+  const Topology& t = h.t;
+  if (!h.rootHost) {
     // Receive this host's blocks in one message, then hand them out locally.
-    std::vector<char> bundle(c.rank() == leader ? bundleBytes(t, me, bytes) : 0);
-    if (c.rank() == leader) c.wait(c.recvInto(root, bundle.data(), bundle.size()));
-    std::vector<const char*> parts;
-    for (size_t i = 0; i < t.localRanks().size(); ++i) parts.push_back(bundle.data() + i * bytes);
-    return scatter(lc, parts, out, bytes, t.localIndex(leader));
+    if (c.rank() == h.leader) c.wait(c.recvInto(root, h.bundle.data(), h.bundle.size()));
+    return scatter(h.lc, h.parts<const char*>(bytes), out, bytes, t.localIndex(h.leader));
   }
   // The root packs each remote host's blocks into one message (small: see
   // the caller), then scatters within its own host.
@@ -231,17 +241,18 @@ void scatterHierarchical(Collective& c, const std::vector<const char*>& blocks, 
   std::vector<RequestPtr> sends;
   if (c.rank() == root) {
     bundles.reserve(t.hosts.size());
-    for (size_t h = 0; h < t.hosts.size(); ++h) {
-      if (int(h) == rootHost) continue;
-      bundles.emplace_back(bundleBytes(t, int(h), bytes));
-      for (size_t i = 0; i < t.hosts[h].size(); ++i)
-        if (bytes) std::memcpy(bundles.back().data() + i * bytes, blocks[t.hosts[h][i]], bytes);
-      sends.push_back(c.send(t.hosts[h][0], bundles.back().data(), bundles.back().size()));
+    for (size_t host = 0; host < t.hosts.size(); ++host) {
+      if (int(host) == t.host()) continue;
+      const std::vector<int>& ranks = t.hosts[host];
+      bundles.emplace_back(bundleBytes(t, int(host), bytes));
+      for (size_t i = 0; i < ranks.size(); ++i)
+        if (bytes) std::memcpy(bundles.back().data() + i * bytes, blocks[ranks[i]], bytes);
+      sends.push_back(c.send(ranks[0], bundles.back().data(), bundles.back().size()));
     }
   }
   std::vector<const char*> parts;
   for (int q : t.localRanks()) parts.push_back(c.rank() == root ? blocks[q] : nullptr);
-  scatter(lc, parts, out, bytes, t.localIndex(root));
+  scatter(h.lc, parts, out, bytes, t.localIndex(root));
   c.waitAll(sends);
 }
 
