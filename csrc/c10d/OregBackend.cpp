@@ -316,7 +316,17 @@ void OregBackend::workerLoop() {
       transport_->progress(std::min(deadline, Clock::now() + std::chrono::seconds(1)), deadline);
       sweepInFlight();
     } catch (...) {
-      failAll(asDistError(std::current_exception()));
+      auto e = asDistError(std::current_exception());
+      // Our transport has failed for good (e.g. a send/recv size mismatch):
+      // tell the peers instead of letting them wait out their timeout; but a
+      // shutdown is ours alone.
+      bool shuttingDown;
+      {
+        std::lock_guard<std::mutex> g(mutex_);
+        shuttingDown = shutDown_;
+      }
+      if (!shuttingDown) transport_->cancel(messageOf(e), /*propagate=*/true);
+      failAll(e);
     }
     std::lock_guard<std::mutex> g(mutex_);
     driving_ = false;

@@ -85,6 +85,31 @@ def test_large_reduce_across_hosts(tmp_path, hosts):
     spawn(large_reduce_across_hosts, len(hosts), tmp_path, timeout=120, host_of=hosts)
 
 
+def local_failure_reaches_other_hosts(rank, n, tmp):
+    # A send/recv size mismatch fails the receiver's group on the spot, without
+    # telling anyone at first; the other host must then learn it from an abort
+    # message, not from its own timeout (60 s here). Rank 0 stays alive until
+    # rank 1 is done, so its exit cannot be what rank 1 notices.
+    done = os.path.join(tmp, "rank1-done")
+    if rank == 1:
+        dist.send(torch.ones(4), 0)
+        start = time.monotonic()
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(2)), "rank 0")
+        assert time.monotonic() - start < 15, time.monotonic() - start
+        open(done, "w").close()
+    else:
+        expect_dist_error(lambda: dist.recv(torch.empty(8), 1), "posted a recv of")
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(2)))
+        deadline = time.monotonic() + 30
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def test_local_failure_reaches_other_hosts(tmp_path):
+    spawn(local_failure_reaches_other_hosts, 2, tmp_path, str(tmp_path), host_of=(0, 1),
+          pg_timeout=60)
+
+
 @pytest.mark.parametrize("hosts", [(0, 1, 1, 0), (1, 0, 0)], ids=["2x2-root-not-first", "1+2"])
 def test_gather_scatter_across_hosts(tmp_path, hosts):
     # The root is the last rank: small blocks go host by host in one message
@@ -219,6 +244,25 @@ def killed_across_hosts(rank, n, victim):
     assert f"rank {victim}" in msg, msg
     assert time.monotonic() - start < 10  # far below the 30 s group timeout
     os._exit(0)  # skip destroy: the group is broken
+
+
+def killed_while_sent_to(rank, n):
+    # Rank 0 only sends (a message far larger than the socket buffers) to a
+    # rank on another host that dies: libzmq keeps the rest queued for a
+    # reconnect, so the send must fail on the dropped connection, not at the
+    # 60 s group timeout.
+    dist.barrier()
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    start = time.monotonic()
+    msg = expect_dist_error(lambda: dist.send(torch.ones(64 << 20), 1), "rank 1")
+    assert time.monotonic() - start < 15, (time.monotonic() - start, msg)
+    os._exit(0)  # skip destroy: the group is broken
+
+
+def test_killed_while_only_sent_to(tmp_path):
+    spawn(killed_while_sent_to, 2, tmp_path, host_of=(0, 1), pg_timeout=60,
+          expect_exit={1: -signal.SIGKILL})
 
 
 @pytest.mark.parametrize("victim", [2, 0], ids=["alone-on-its-host", "host-leader"])

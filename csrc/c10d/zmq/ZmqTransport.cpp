@@ -97,7 +97,8 @@ ZmqTransport::ZmqTransport(int rank, int size, std::vector<bool> remote,
       disconnectedAt_(size),
       connected_(size),
       inbox_(2 * size),
-      collRecvs_(size) {
+      collRecvs_(size),
+      unsent_(size, 0) {
   for (auto& d : disconnectedAt_) d.store(0);
   for (auto& c : connected_) c.store(false);
   lastPeerCheck_ = Clock::now();
@@ -123,12 +124,23 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
   const int ioThreads = config().zmqIoThreads;
   TORCH_CHECK(zmq_ctx_set(t->ctx_, ZMQ_IO_THREADS, ioThreads) == 0,
               zmqError("oreg_ccl: zmq_ctx_set(ZMQ_IO_THREADS)"));
+  // Three sockets per remote peer (DEALER, libzmq's monitor, ours) and the
+  // ROUTER: libzmq's default cap of 1023 would stop a group of ~340 ranks.
+  TORCH_CHECK(zmq_ctx_set(t->ctx_, ZMQ_MAX_SOCKETS, std::max(1024, 3 * size + 16)) == 0,
+              zmqError("oreg_ccl: zmq_ctx_set(ZMQ_MAX_SOCKETS)"));
+  // Every socket is stored as soon as it exists: the destructor closes what a
+  // failed set-up leaves, or zmq_ctx_term would wait for it forever.
+  auto socket = [&t](int type) {
+    void* s = zmq_socket(t->ctx_, type);
+    TORCH_CHECK(s, zmqError("oreg_ccl: zmq_socket"));
+    return s;
+  };
   auto pinToIoThreads = [ioThreads](void* socket, int index) {
     if (ioThreads < 2) return;
     uint64_t mask = index == 0 ? 1 : uint64_t(1) << (1 + (index - 1) % (ioThreads - 1));
     setOption(socket, ZMQ_AFFINITY, mask);
   };
-  t->router_ = zmq_socket(t->ctx_, ZMQ_ROUTER);
+  t->router_ = socket(ZMQ_ROUTER);
   pinToIoThreads(t->router_, 0);
   setOption(t->router_, ZMQ_RCVHWM, 0);  // never drop: TCP flow control bounds memory
   setOption(t->router_, ZMQ_LINGER, 0);
@@ -150,7 +162,7 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
     if (!t->remote_[p]) continue;
     // Blocks until the peer published its address, or throws on the timeout.
     t->endpoints_[p] = rdv.get("zmq/endpoint/" + std::to_string(p));
-    void* d = zmq_socket(t->ctx_, ZMQ_DEALER);
+    void* d = t->dealers_[p] = socket(ZMQ_DEALER);
     pinToIoThreads(d, 1 + dealerCount++);
     setOption(d, ZMQ_SNDHWM, 0);  // a send never blocks or drops
     setOption(d, ZMQ_LINGER, kLingerMs);
@@ -160,12 +172,10 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
     TORCH_CHECK(zmq_socket_monitor(d, mon.c_str(), ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) ==
                     0,
                 zmqError("oreg_ccl: zmq_socket_monitor"));
-    void* m = zmq_socket(t->ctx_, ZMQ_PAIR);
+    void* m = t->monitors_[p] = socket(ZMQ_PAIR);
     TORCH_CHECK(zmq_connect(m, mon.c_str()) == 0, zmqError("oreg_ccl: monitor connect"));
     TORCH_CHECK(zmq_connect(d, t->endpoints_[p].c_str()) == 0,
                 zmqError(("oreg_ccl: cannot connect to " + t->endpoints_[p]).c_str()));
-    t->dealers_[p] = d;
-    t->monitors_[p] = m;
   }
   t->io_ = std::thread([raw = t.get()] {
     c10::setThreadName("oreg_ccl_zmq");
@@ -286,14 +296,22 @@ RequestPtr ZmqTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
     src = ts->copy;
   }
   if (zeroCopy) chunksInFlight_ += static_cast<int64_t>(chunks);
+  ++unsent_[dst];
   // Chunk by chunk, so libzmq's I/O thread sends the first while we queue the next.
-  size_t offset = 0;
-  do {
-    size_t n = std::min(chunkBytes_, bytes - offset);
-    send(Outgoing{dst, makeHeader(kind, tag, what, bytes, offset, n),
-                     ZmqMessage(const_cast<char*>(src + offset), n, &releaseChunk, ts)});
-    offset += n;
-  } while (offset < bytes);
+  size_t offset = 0, made = 0;
+  try {
+    do {
+      size_t n = std::min(chunkBytes_, bytes - offset);
+      ZmqMessage payload(const_cast<char*>(src + offset), n, &releaseChunk, ts);
+      ++made;
+      send(Outgoing{dst, makeHeader(kind, tag, what, bytes, offset, n), std::move(payload)});
+      offset += n;
+    } while (offset < bytes);
+  } catch (...) {
+    // libzmq releases only the chunks it was given: account for the others.
+    for (; made < chunks; ++made) releaseChunk(nullptr, ts);
+    throw;
+  }
   // A copied message never blocks the caller's buffer, but it completes only
   // once it left this process (see TrackedSend).
   return req;
@@ -645,7 +663,10 @@ bool ZmqTransport::poll() {
     std::lock_guard<std::mutex> g(releasedMutex_);
     sent.swap(released_);
   }
-  for (auto& req : sent) completeRequest(*req, req->peer);
+  for (auto& req : sent) {
+    --unsent_[req->peer];
+    completeRequest(*req, req->peer);
+  }
   checkFailure();
   std::vector<Arrival> got;
   {
@@ -704,7 +725,8 @@ void ZmqTransport::checkPeers() {
   p2pRecvs_.remove_if([](const std::shared_ptr<PostedRecv>& r) { return r->stale(); });
   std::vector<bool> involved(size_, false);
   for (int p = 0; p < size_; ++p) {
-    if (!collRecvs_[p].empty()) involved[p] = true;
+    // libzmq keeps a send to a dropped peer queued for a reconnect: so do we.
+    if (!collRecvs_[p].empty() || unsent_[p] > 0) involved[p] = true;
     for (Channel ch : {Channel::kCollective, Channel::kP2P})
       for (auto& m : inbox_[slot(p, ch)])
         if (m->recv && m->delivered < m->bytes) involved[p] = true;
@@ -746,23 +768,22 @@ void ZmqTransport::fail(const std::string& why, bool propagate) {
 }
 
 void ZmqTransport::cancel(const std::string& why, bool propagate) {
-  bool first = false;
   {
     std::lock_guard<std::mutex> g(errorMutex_);
-    if (error_.empty()) {
-      error_ = why;
-      first = true;
-    }
+    if (error_.empty()) error_ = why;
   }
   failed_.store(true, std::memory_order_release);
-  if (propagate && first) {
-    {
-      std::lock_guard<std::mutex> g(ioMutex_);
-      abortPending_ = true;
+  // The first request to propagate sends the aborts, even when the failure
+  // itself was recorded earlier without telling anyone (a local mismatch).
+  bool send = false;
+  if (propagate) {
+    std::lock_guard<std::mutex> g(ioMutex_);
+    if (!abortRequested_) {
+      abortRequested_ = abortPending_ = send = true;
       abortWhy_ = why;
     }
-    wakeIo();
   }
+  if (send) wakeIo();
   wakeup();
 }
 

@@ -175,6 +175,7 @@ class ZmqTransport final : public Transport {
   std::mutex ioMutex_;
   std::vector<Arrival> arrivals_;  // GUARDED_BY(ioMutex_)
   bool abortPending_ = false;      // GUARDED_BY(ioMutex_)
+  bool abortRequested_ = false;    // GUARDED_BY(ioMutex_): aborts are sent once
   std::string abortWhy_;           // GUARDED_BY(ioMutex_)
   bool stopping_ = false;          // GUARDED_BY(ioMutex_)
   std::vector<std::atomic<int64_t>> disconnectedAt_;  // ns (steady clock), 0: connected
@@ -195,6 +196,7 @@ class ZmqTransport final : public Transport {
   // Progress-thread state.
   std::vector<std::deque<std::shared_ptr<Inbound>>> inbox_;  // per slot(src, ch), arrival order
   std::vector<std::deque<std::shared_ptr<PostedRecv>>> collRecvs_;  // per src
+  std::vector<int> unsent_;  // per dst: sends libzmq has not released yet
   std::list<std::shared_ptr<PostedRecv>> p2pRecvs_;                 // posting order
   Clock::time_point lastPeerCheck_;
 
