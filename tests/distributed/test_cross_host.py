@@ -224,6 +224,20 @@ def hostile(rank, n, tmp):
     time.sleep(1)
     expect_dist_error(lambda: dist.all_reduce(torch.ones(4), group=g), "malformed")
     dist.barrier()
+    # A well-formed message of a member that comes over another connection
+    # than that member's earlier ones (as after libzmq reconnected a dropped
+    # one, when a message may have been lost) fails the group too.
+    g = dist.new_group([0, 1])
+    dist.all_gather_object(ginfo, info_of(g))
+    dist.all_reduce(torch.ones(4), group=g)  # rank 0's own connection is known now
+    if rank == 0:
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.connect(ginfo[1]["endpoint"])
+        sock.send_multipart([header(ginfo[1]["group_id"], tag=1, what=b"allreduce#1"), b"1234"])
+        sock.close(1000)
+    time.sleep(1)
+    expect_dist_error(lambda: dist.all_reduce(torch.ones(4), group=g), "re-established")
+    dist.barrier()
 
 
 def test_hostile_peer_is_rejected(tmp_path):

@@ -98,7 +98,8 @@ ZmqTransport::ZmqTransport(int rank, int size, std::vector<bool> remote,
       connected_(size),
       inbox_(2 * size),
       collRecvs_(size),
-      unsent_(size, 0) {
+      unsent_(size, 0),
+      routingIds_(size) {
   for (auto& d : disconnectedAt_) d.store(0);
   for (auto& c : connected_) c.store(false);
   lastPeerCheck_ = Clock::now();
@@ -411,6 +412,18 @@ bool ZmqTransport::receiveOne() {
   if (h.kind == static_cast<uint8_t>(wire::Kind::kAbort)) {
     std::string why(static_cast<const char*>(frames[2].data()), frames[2].size());
     cancel("rank " + std::to_string(h.src) + " failed: " + why, /*propagate=*/false);
+    return true;
+  }
+  // Each member sends over one connection for the group's lifetime. A new one
+  // means libzmq reconnected after a drop (a network reset), and the message
+  // that was on the old connection may be lost: fail rather than go on.
+  std::string id(static_cast<const char*>(frames[0].data()), frames[0].size());
+  if (routingIds_[h.src].empty()) {
+    routingIds_[h.src] = id;
+  } else if (routingIds_[h.src] != id) {
+    cancel("oreg_ccl: rank " + std::to_string(h.src) + "'s connection to rank " +
+               std::to_string(rank_) + " dropped and was re-established: a message may be lost",
+           /*propagate=*/true);
     return true;
   }
   std::lock_guard<std::mutex> g(ioMutex_);

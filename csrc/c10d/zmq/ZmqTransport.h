@@ -197,6 +197,7 @@ class ZmqTransport final : public Transport {
   std::vector<std::deque<std::shared_ptr<Inbound>>> inbox_;  // per slot(src, ch), arrival order
   std::vector<std::deque<std::shared_ptr<PostedRecv>>> collRecvs_;  // per src
   std::vector<int> unsent_;  // per dst: sends libzmq has not released yet
+  std::vector<std::string> routingIds_;  // I/O thread: each remote rank's connection (ROUTER id)
   std::list<std::shared_ptr<PostedRecv>> p2pRecvs_;                 // posting order
   Clock::time_point lastPeerCheck_;
 
