@@ -210,7 +210,9 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
     op.ready = std::make_shared<std::atomic<bool>>(false);
     auto ready = op.ready;
     auto transport = transport_;
-    launchKernel(getCurrentStream(static_cast<c10::DeviceIndex>(device)),
+    const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device));
+    op.stream = rawStream(stream);
+    launchKernel(stream,
                  [ready, transport] {
                    ready->store(true, std::memory_order_release);
                    transport->wakeup();
@@ -350,10 +352,18 @@ void OregBackend::runOp(Op& op) {
                topology_.multiHost() ? &topology_ : nullptr};
   try {
     while (op.ready && !op.ready->load(std::memory_order_acquire)) {
+      // A failed kernel before the marker: the stream skips the marker too
+      // (sticky, like CUDA's errors). Fail now, as NCCL's watchdog would.
+      if (op.stream && orStreamQuery(op.stream) == orErrorLaunchFailure)
+        OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", op.what,
+                       " cannot start: a kernel queued before it on its openreg stream failed: ",
+                       orStreamLastError(op.stream));
       if (Clock::now() >= c.deadline)
         OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": Timed out in ", op.what,
                          ": the work queued before it on the openreg stream did not finish");
-      transport_->progress(c.deadline);
+      // Woken by the marker; the bound is for the failure check above.
+      transport_->progress(std::min(c.deadline, Clock::now() + std::chrono::milliseconds(200)),
+                           c.deadline);
       sweepInFlight();
     }
     if (op.post) {

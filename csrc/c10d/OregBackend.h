@@ -36,6 +36,7 @@
 #include <deque>
 #include <thread>
 
+#include "../runtime/driver/Driver.h"
 #include "Algorithms.h"
 #include "OregWork.h"
 #include "Staging.h"
@@ -181,6 +182,7 @@ class OregBackend final : public c10d::Backend {
     std::shared_ptr<OregWork::WorkerRef> work;
     c10::intrusive_ptr<OregWork> kept;  // the reference that completed it (WorkerRef::complete)
     std::shared_ptr<std::atomic<bool>> ready;  // null: ready now (host tensors)
+    orStream stream = nullptr;  // the stream `ready`'s marker kernel was queued on
     std::chrono::milliseconds timeout;
     uint64_t tag;
     std::string what;

@@ -218,3 +218,33 @@ def shutdown_before_large_send_is_read(rank, n):
 
 def test_shutdown_before_a_large_send_was_read(tmp_path):
     spawn(shutdown_before_large_send_is_read, 2, tmp_path)
+
+
+def kernel_failed_before_collective(rank, n, tmp):
+    # An out-of-range index fails its kernel asynchronously on rank 0's stream;
+    # the stream then skips everything after it (sticky, as CUDA's errors), so
+    # the all_reduce queued behind it can never start. Every rank must learn
+    # that quickly, not after the 60 s group timeout.
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(rank)
+    x = torch.ones(4, device=dev)
+    if rank == 0:
+        x[torch.tensor([10], device=dev)]  # raises later, on the stream
+    start = time.monotonic()
+    dist.all_reduce(x)  # returns at once: openreg semantics, as NCCL's
+    with pytest.raises(RuntimeError, match="launch failure"):
+        torch.openreg.synchronize()  # rank 1: its stream's hold on the failed all_reduce
+    assert time.monotonic() - start < 15, time.monotonic() - start
+    done = os.path.join(tmp, "rank1-done")
+    if rank == 1:
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(2)), "rank 0", "cannot start")
+        open(done, "w").close()
+    else:  # alive until rank 1 is done: its exit must not be what rank 1 notices
+        deadline = time.monotonic() + 90
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    os._exit(0)  # skip destroy: the group is broken
+
+
+def test_kernel_failure_before_a_collective_fails_the_group(tmp_path):
+    spawn(kernel_failed_before_collective, 2, tmp_path, str(tmp_path), pg_timeout=60)
