@@ -484,6 +484,10 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall(std::vector<at::Tensor>& ou
     for (const auto& t : *list)
       TORCH_CHECK_VALUE(t.scalar_type() == inputs[0].scalar_type(),
                         "oreg_ccl: alltoall: all tensors must have one dtype");
+  const int me = getRank();
+  TORCH_CHECK_VALUE(inputs[me].numel() == outputs[me].numel(), "oreg_ccl: alltoall: rank ", me,
+                    " sends itself ", inputs[me].numel(), " elements but expects ",
+                    outputs[me].numel());
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   return enqueue(c10d::OpType::ALLTOALL, "alltoall", c10::str(inputs[0].scalar_type()), ins, outs,
                  callOf(opts), [ins = forWorker(ins), outs = forWorker(outs)](Collective& c) {

@@ -46,6 +46,9 @@ def mismatches(rank, n):
         dist.all_reduce(torch.ones(2, dtype=torch.float32), op=dist.ReduceOp.BAND)
     with pytest.raises((ValueError, RuntimeError)):
         dist.all_gather_into_tensor(torch.empty(3), torch.ones(2))
+    with pytest.raises(ValueError, match="sends itself"):  # own block: 2 out, 3 expected
+        dist.all_to_all([torch.empty(3 if p == rank else 2) for p in range(n)],
+                        [torch.ones(2) for _ in range(n)])
     # The default group is still healthy.
     t = torch.ones(3)
     dist.all_reduce(t)
