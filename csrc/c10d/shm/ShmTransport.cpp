@@ -623,11 +623,7 @@ bool ShmTransport::pullRecvs(int src, Channel ch) {
       progressed = true;
       if (in.senderAddress) {  // single copy: the payload is not in the ring
         readFromSender(src, ch, in);
-        if (in.recv)
-          completeRequest(*in.recv->req, src);
-        else
-          arrived(src, in.unexpected);
-        in = Inbound{};
+        finishMessage(src, in);
         continue;
       }
     }
@@ -652,18 +648,21 @@ bool ShmTransport::pullRecvs(int src, Channel ch) {
     in.consumed += n;
     progressed = progressed || n > 0;
     if (in.consumed < padded) break;
-    in.active = false;
-    if (in.recv)
-      completeRequest(*in.recv->req, src);
-    else
-      arrived(src, in.unexpected);
-    in = Inbound{};
+    finishMessage(src, in);
   }
   if (progressed) {
     rg->head.store(head, std::memory_order_release);
     ring(src);  // the writer may be waiting for space
   }
   return progressed;
+}
+
+void ShmTransport::finishMessage(int src, Inbound& in) {
+  if (in.recv)
+    completeRequest(*in.recv->req, src);
+  else
+    arrived(src, in.unexpected);
+  in = Inbound{};
 }
 
 void ShmTransport::arrived(int src, Unexpected* u) {
@@ -742,8 +741,7 @@ void ShmTransport::quiesce() {
   bool unread = false;
   for (const auto& q : awaitingAck_) unread = unread || !q.empty();
   if (!unread) return;
-  const std::string why = failure();
-  cancel(why.empty() ? "oreg_ccl: rank " + std::to_string(rank_) + " stopped" : why, true);
+  cancel(failure(), /*propagate=*/true);  // after cancel(): failure() holds the reason
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const auto until = Clock::now() + std::chrono::seconds(2);
   for (int p = 0; p < size_; ++p) {

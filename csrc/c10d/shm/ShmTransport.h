@@ -136,6 +136,8 @@ class ShmTransport final : public Transport {
   bool pullRecvs(int src, Channel ch);
   bool startMessage(int src, Channel ch, Inbound& in, const ShmMessageHeader& h);
   void readFromSender(int src, Channel ch, const Inbound& in);
+  // `in` was received whole: complete its receive, or its buffered copy.
+  void finishMessage(int src, Inbound& in);
   // A buffered p2p message is complete: hand it to its receive, if posted.
   void arrived(int src, Unexpected* u);
   // Fails the group: process_vm_readv/writev to `peer` failed with `err`.

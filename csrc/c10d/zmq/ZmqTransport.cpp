@@ -559,7 +559,7 @@ void ZmqTransport::bindP2P(const std::shared_ptr<PostedRecv>& r) {
     for (auto& m : inbox_[slot(p, Channel::kP2P)]) {
       if (m->recv || m->tag != r->tag) continue;
       if (m->bytes != r->bytes) fail(sizeMismatchMessage(rank_, *r, p, m->bytes), false);
-      if (!r->take()) return;  // the other half of this receive took a message first
+      r->take();  // not stale (checked above): ours
       m->recv = r;
       r->req->peer = p;
       return;
