@@ -260,14 +260,20 @@ def killed_across_hosts(rank, n, victim):
     os._exit(0)  # skip destroy: the group is broken
 
 
-def killed_while_sent_to(rank, n):
+def killed_while_sent_to(rank, n, tmp):
     # Rank 0 only sends (a message far larger than the socket buffers) to a
     # rank on another host that dies: libzmq keeps the rest queued for a
     # reconnect, so the send must fail on the dropped connection, not at the
-    # 60 s group timeout.
+    # 60 s group timeout. Rank 1 dies only once rank 0 is past the barrier
+    # (its last barrier message could otherwise still be on the way).
+    passed = os.path.join(tmp, "rank0-past-barrier")
     dist.barrier()
     if rank == 1:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(passed) and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGKILL)
+    open(passed, "w").close()
     start = time.monotonic()
     msg = expect_dist_error(lambda: dist.send(torch.ones(64 << 20), 1), "rank 1")
     assert time.monotonic() - start < 15, (time.monotonic() - start, msg)
@@ -275,7 +281,7 @@ def killed_while_sent_to(rank, n):
 
 
 def test_killed_while_only_sent_to(tmp_path):
-    spawn(killed_while_sent_to, 2, tmp_path, host_of=(0, 1), pg_timeout=60,
+    spawn(killed_while_sent_to, 2, tmp_path, str(tmp_path), host_of=(0, 1), pg_timeout=60,
           expect_exit={1: -signal.SIGKILL})
 
 
