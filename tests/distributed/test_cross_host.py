@@ -247,11 +247,18 @@ def test_hostile_peer_is_rejected(tmp_path):
 # ---- failures -------------------------------------------------------------------------
 
 
-def killed_across_hosts(rank, n, victim):
+def killed_across_hosts(rank, n, tmp, victim):
+    # The victim dies only once every survivor is past the first all_reduce:
+    # its last message of it could otherwise still be on the way.
     t = torch.ones(2)
     dist.all_reduce(t)
     if rank == victim:
+        survivors = [os.path.join(tmp, f"rank{r}-past-all-reduce") for r in range(n) if r != victim]
+        deadline = time.monotonic() + 30
+        while not all(map(os.path.exists, survivors)) and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGKILL)
+    open(os.path.join(tmp, f"rank{rank}-past-all-reduce"), "w").close()
     start = time.monotonic()
     for size in (2, 1 << 20):  # the first fails; the group stays failed
         msg = expect_dist_error(lambda: dist.all_reduce(torch.ones(size)))
@@ -287,7 +294,7 @@ def test_killed_while_only_sent_to(tmp_path):
 
 @pytest.mark.parametrize("victim", [2, 0], ids=["alone-on-its-host", "host-leader"])
 def test_killed_rank_across_hosts(tmp_path, victim):
-    spawn(killed_across_hosts, 3, tmp_path, victim, host_of=(0, 0, 1),
+    spawn(killed_across_hosts, 3, tmp_path, str(tmp_path), victim, host_of=(0, 0, 1),
           expect_exit={victim: -signal.SIGKILL})
 
 
