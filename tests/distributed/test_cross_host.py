@@ -230,6 +230,9 @@ def hostile(rank, n, tmp):
     g = dist.new_group([0, 1])
     dist.all_gather_object(ginfo, info_of(g))
     dist.all_reduce(torch.ones(4), group=g)  # rank 0's own connection is known now
+    # ... on rank 1 too: rank 0's all_reduce can return before rank 1 has read
+    # its message, which the forged one below could otherwise overtake.
+    dist.barrier()
     if rank == 0:
         sock = zmq.Context.instance().socket(zmq.DEALER)
         sock.connect(ginfo[1]["endpoint"])
