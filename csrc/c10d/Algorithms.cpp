@@ -5,18 +5,44 @@
 #include <cstring>
 
 #include "Config.h"
+#include "Errors.h"
 
 namespace openreg::ccl {
 
+namespace {
+
+// An exception is about to leave an algorithm whose frames own buffers that
+// requests still in flight point into (staging copies, scratch): libzmq's I/O
+// thread sends them without copying, a peer may be reading them single-copy.
+// Fail the group and let the transport stop touching them *before* unwinding
+// frees them (the backend's own handler runs only after).
+template <typename F>
+auto quiescedOnThrow(Transport& t, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (...) {
+    t.cancel(messageOf(std::current_exception()), /*propagate=*/true);
+    t.quiesce();
+    throw;
+  }
+}
+
+}  // namespace
+
 RequestPtr Collective::send(int peer, const void* data, size_t bytes) {
-  return transport.isend(Channel::kCollective, peer, tag, what, data, bytes);
+  return quiescedOnThrow(transport, [&] {
+    return transport.isend(Channel::kCollective, peer, tag, what, data, bytes);
+  });
 }
 
 RequestPtr Collective::recvInto(int peer, void* data, size_t bytes) {
   char* base = static_cast<char*>(data);
-  return transport.irecv(
-      Channel::kCollective, peer, tag, what, bytes,
-      [base](const void* piece, size_t off, size_t n) { std::memcpy(base + off, piece, n); }, data);
+  return quiescedOnThrow(transport, [&] {
+    return transport.irecv(
+        Channel::kCollective, peer, tag, what, bytes,
+        [base](const void* piece, size_t off, size_t n) { std::memcpy(base + off, piece, n); },
+        data);
+  });
 }
 
 RequestPtr Collective::recvReduce(int peer, void* acc, size_t count, c10::ScalarType dtype,
@@ -24,10 +50,12 @@ RequestPtr Collective::recvReduce(int peer, void* acc, size_t count, c10::Scalar
   char* base = static_cast<char*>(acc);
   size_t elem = c10::elementSize(dtype);
   // Pieces start at multiples of kPieceAlign, so they split no element.
-  return transport.irecv(Channel::kCollective, peer, tag, what, count * elem,
-                         [=](const void* piece, size_t off, size_t n) {
-                           reduceInto(base + off, piece, n / elem, dtype, op);
-                         });
+  return quiescedOnThrow(transport, [&] {
+    return transport.irecv(Channel::kCollective, peer, tag, what, count * elem,
+                           [=](const void* piece, size_t off, size_t n) {
+                             reduceInto(base + off, piece, n / elem, dtype, op);
+                           });
+  });
 }
 
 RequestPtr Collective::recvReduceOnto(int peer, void* acc, const void* own, size_t count,
@@ -35,14 +63,18 @@ RequestPtr Collective::recvReduceOnto(int peer, void* acc, const void* own, size
   char* base = static_cast<char*>(acc);
   const char* mine = static_cast<const char*>(own);
   size_t elem = c10::elementSize(dtype);
-  return transport.irecv(Channel::kCollective, peer, tag, what, count * elem,
-                         [=](const void* piece, size_t off, size_t n) {
-                           std::memcpy(base + off, mine + off, n);  // still in cache for the sum
-                           reduceInto(base + off, piece, n / elem, dtype, op);
-                         });
+  return quiescedOnThrow(transport, [&] {
+    return transport.irecv(Channel::kCollective, peer, tag, what, count * elem,
+                           [=](const void* piece, size_t off, size_t n) {
+                             std::memcpy(base + off, mine + off, n);  // still in cache for the sum
+                             reduceInto(base + off, piece, n / elem, dtype, op);
+                           });
+  });
 }
 
-void Collective::wait(const RequestPtr& req) { waitFor(transport, req, deadline, what); }
+void Collective::wait(const RequestPtr& req) {
+  quiescedOnThrow(transport, [&] { waitFor(transport, req, deadline, what); });
+}
 
 void Collective::waitAll(const std::vector<RequestPtr>& reqs) {
   for (const auto& r : reqs) wait(r);

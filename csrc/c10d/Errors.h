@@ -15,4 +15,15 @@ inline std::exception_ptr distError(const std::string& msg) {
       c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg));
 }
 
+// The message of an exception, without c10's backtrace.
+inline std::string messageOf(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::Error& ex) {
+    return ex.what_without_backtrace();
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+}
+
 }  // namespace openreg::ccl

@@ -118,16 +118,6 @@ std::exception_ptr asDistError(std::exception_ptr e) {
   }
 }
 
-std::string messageOf(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const c10::Error& ex) {
-    return ex.what_without_backtrace();
-  } catch (const std::exception& ex) {
-    return ex.what();
-  }
-}
-
 }  // namespace
 
 OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -2,7 +2,7 @@
 //
 // Hierarchical algorithms run ordinary algorithms on a view: the ranks of one
 // host, or one rank per host. Messages go through the parent with the
-// parent's rank numbers; waiting, failure and cancel are the parent's.
+// parent's rank numbers; waiting, failure, cancel and quiesce are the parent's.
 #pragma once
 
 #include <vector>
@@ -32,6 +32,7 @@ class TransportView final : public Transport {
   }
   void wakeup() override { parent_.wakeup(); }
   void cancel(const std::string& why, bool propagate) override { parent_.cancel(why, propagate); }
+  void quiesce() override { parent_.quiesce(); }
   std::string failure() const override { return parent_.failure(); }
 
  private:

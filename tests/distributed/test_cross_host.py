@@ -110,6 +110,34 @@ def test_local_failure_reaches_other_hosts(tmp_path):
           pg_timeout=60)
 
 
+def failure_while_sending_staged_block(rank, n, tmp):
+    # Rank 0's block for rank 1 is a staging copy (the input is strided) sent
+    # without copying; rank 1 sends a block of the wrong size, so rank 0's
+    # all_to_all fails while most of that copy is still queued. The copy must
+    # outlive the transport's reads of it (freed first, libzmq's I/O thread
+    # read unmapped memory). Rank 1 stays alive, not reading, until rank 0 is done.
+    done = os.path.join(tmp, "rank0-done")
+    big = 16 << 20
+    if rank == 0:
+        inp = torch.ones(1 + big, 2)[:, 0]
+        out = torch.empty(3)
+        expect_dist_error(lambda: dist.all_to_all_single(out, inp, [1, 2], [1, big]), "rank 1")
+        junk = [torch.ones(big // 4) for _ in range(8)]  # reuse the freed memory
+        assert all(bool((j == 1).all()) for j in junk)
+        open(done, "w").close()
+    else:
+        expect_dist_error(lambda: dist.all_to_all_single(torch.empty(2), torch.ones(2), [1, 1], [1, 1]))
+        deadline = time.monotonic() + 30
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    os._exit(0)  # skip destroy: the group is broken
+
+
+def test_failure_while_a_staged_block_is_being_sent(tmp_path):
+    spawn(failure_while_sending_staged_block, 2, tmp_path, str(tmp_path), host_of=(0, 1),
+          pg_timeout=60)
+
+
 @pytest.mark.parametrize("hosts", [(0, 1, 1, 0), (1, 0, 0)], ids=["2x2-root-not-first", "1+2"])
 def test_gather_scatter_across_hosts(tmp_path, hosts):
     # The root is the last rank: small blocks go host by host in one message
