@@ -439,6 +439,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensor
 c10::intrusive_ptr<c10d::Work> OregBackend::recvImpl(std::vector<at::Tensor>& tensors, int srcRank,
                                                      int tag, std::chrono::milliseconds timeout) {
   at::Tensor t = checkSingle(tensors, "recv");
+  checkWritable({t}, "recv");
   TORCH_CHECK_VALUE(srcRank == kAnySource ||
                         (srcRank >= 0 && srcRank < getSize() && srcRank != getRank()),
                     "oreg_ccl: recv from invalid rank ", srcRank, " (group size ", getSize(),

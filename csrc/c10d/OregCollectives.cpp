@@ -127,7 +127,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allreduce(std::vector<at::Tensor>& t
                    [t](Collective& c) { allreduceSparse(c, t); });
   }
   at::Tensor t = checkSingle(tensors, "allreduce");
-  ReduceSpec spec = reduceSpec(opts.reduceOp, t.scalar_type(), "allreduce");
+  checkWritable({t}, "allreduce");
+  ReduceSpec spec = reduceSpec(opts.reduceOp, t, "allreduce");
   std::vector<at::Tensor> inputs{t};
   if (spec.factorTensor.defined()) inputs.push_back(spec.factorTensor);
   return enqueue(c10d::OpType::ALLREDUCE, "allreduce", describe(t) + " " + spec.name, inputs, {t},
@@ -140,10 +141,11 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   TORCH_CHECK_VALUE(!tensors.empty(), "oreg_ccl: allreduce_coalesced needs at least one tensor");
   checkSameDevice(tensors[0], tensors, "allreduce_coalesced");
+  checkWritable(tensors, "allreduce_coalesced");
   std::vector<ReduceSpec> specs;
   std::string desc;
   for (const auto& t : tensors) {
-    specs.push_back(reduceSpec(opts.reduceOp, t.scalar_type(), "allreduce_coalesced"));
+    specs.push_back(reduceSpec(opts.reduceOp, t, "allreduce_coalesced"));
     desc += describe(t);
   }
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced",
@@ -159,6 +161,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::broadcast(std::vector<at::Tensor>& t
   TORCH_CHECK_VALUE(opts.rootTensor == 0, "oreg_ccl: broadcast: rootTensor must be 0");
   checkRoot(opts.rootRank, getSize(), "broadcast");
   int root = static_cast<int>(opts.rootRank);
+  if (getRank() != root) checkWritable({t}, "broadcast");
   return enqueue(c10d::OpType::BROADCAST, "broadcast",
                  describe(t) + " root " + std::to_string(root), {t}, {t}, callOf(opts),
                  [t = forWorker(t), root](Collective& c) {
@@ -174,8 +177,9 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduce(std::vector<at::Tensor>& tens
   at::Tensor t = checkSingle(tensors, "reduce");
   TORCH_CHECK_VALUE(opts.rootTensor == 0, "oreg_ccl: reduce: rootTensor must be 0");
   checkRoot(opts.rootRank, getSize(), "reduce");
-  ReduceSpec spec = reduceSpec(opts.reduceOp, t.scalar_type(), "reduce");
+  ReduceSpec spec = reduceSpec(opts.reduceOp, t, "reduce");
   int root = static_cast<int>(opts.rootRank);
+  if (getRank() == root) checkWritable({t}, "reduce");
   std::vector<at::Tensor> inputs{t};
   if (spec.factorTensor.defined()) inputs.push_back(spec.factorTensor);
   return enqueue(c10d::OpType::REDUCE, "reduce",
@@ -211,6 +215,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherImpl(std::vector<at::Tensor
                       " x ", inputs[i].numel());
     desc += describe(inputs[i]);
   }
+  checkWritable(outputs, name);
   return enqueue(c10d::OpType::_ALLGATHER_BASE, name, desc, inputs, outputs, call,
                  [outputs = forWorker(outputs), inputs = forWorker(inputs)](Collective& c) {
                    for (size_t i = 0; i < inputs.size(); ++i) {
@@ -275,6 +280,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherLists(
     outs.insert(outs.end(), outputLists[i].begin(), outputLists[i].end());
     desc += describe(inputs[i]);
   }
+  checkWritable(outs, name);
   return enqueue(type, name, desc, inputs, outs, call, [outputLists = forWorker(outputLists),
                                                         inputs = forWorker(inputs)](Collective& c) {
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -301,6 +307,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::gather(std::vector<std::vector<at::T
                       " output tensors on the root");
     outs = outputs[0];
     checkSameTypeAndSize(in, outs, "gather");
+    checkWritable(outs, "gather");
   } else {
     TORCH_CHECK_VALUE(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
                       "oreg_ccl: gather: only the root passes output tensors");
@@ -321,6 +328,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::scatter(std::vector<at::Tensor>& out
                                                     std::vector<std::vector<at::Tensor>>& inputs,
                                                     const c10d::ScatterOptions& opts) {
   at::Tensor out = checkSingle(outputs, "scatter");
+  checkWritable({out}, "scatter");
   checkRoot(opts.rootRank, getSize(), "scatter");
   int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> ins;
@@ -364,10 +372,11 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterImpl(std::vector<at::Te
     TORCH_CHECK_VALUE(inputs[i].numel() == outputs[i].numel() * getSize(), "oreg_ccl: ", name,
                       ": input has ", inputs[i].numel(), " elements, expected ", getSize(), " x ",
                       outputs[i].numel());
-    specs.push_back(reduceSpec(opts.reduceOp, inputs[i].scalar_type(), name));
+    specs.push_back(reduceSpec(opts.reduceOp, inputs[i], name));
     if (specs.back().factorTensor.defined()) reads.push_back(specs.back().factorTensor);
     desc += describe(outputs[i]);
   }
+  checkWritable(outputs, name);
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, desc + " " + specs[0].name, reads,
                  outputs, callOf(opts), [outputs = forWorker(outputs), inputs = forWorker(inputs),
                                          specs = forWorker(specs)](Collective& c) {
@@ -402,11 +411,12 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   at::Tensor out = checkSingle(outputs, "reduce_scatter");
+  checkWritable({out}, "reduce_scatter");
   TORCH_CHECK_VALUE(inputs.size() == 1 && inputs[0].size() == size_t(getSize()),
                     "oreg_ccl: reduce_scatter expects one list of ", getSize(), " input tensors");
   std::vector<at::Tensor> ins = inputs[0];
   checkSameTypeAndSize(out, ins, "reduce_scatter");
-  ReduceSpec spec = reduceSpec(opts.reduceOp, out.scalar_type(), "reduce_scatter");
+  ReduceSpec spec = reduceSpec(opts.reduceOp, out, "reduce_scatter");
   std::vector<at::Tensor> reads = ins;
   if (spec.factorTensor.defined()) reads.push_back(spec.factorTensor);
   return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", describe(out) + " " + spec.name,
@@ -429,6 +439,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall_base(at::Tensor& output, at
                                                           const c10d::AllToAllOptions& opts) {
   checkTensor(input, "alltoall_base");
   checkSameDevice(input, {output}, "alltoall_base");
+  checkWritable({output}, "alltoall_base");
   TORCH_CHECK_VALUE(input.scalar_type() == output.scalar_type(),
                     "oreg_ccl: alltoall_base: input and output dtypes differ");
   const int n = getSize();
@@ -480,6 +491,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall(std::vector<at::Tensor>& ou
                     "oreg_ccl: alltoall expects ", n, " input and ", n, " output tensors");
   checkSameDevice(inputs[0], inputs, "alltoall");
   checkSameDevice(inputs[0], outputs, "alltoall");
+  checkWritable(outputs, "alltoall");
   for (const auto* list : {&inputs, &outputs})
     for (const auto& t : *list)
       TORCH_CHECK_VALUE(t.scalar_type() == inputs[0].scalar_type(),

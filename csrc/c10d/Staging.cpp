@@ -1,5 +1,7 @@
 #include "Staging.h"
 
+#include <ATen/MemoryOverlap.h>
+
 #include "../runtime/driver/Driver.h"
 
 #include <ATen/ops/empty.h>
@@ -14,6 +16,14 @@ void checkTensor(const at::Tensor& t, const char* op) {
                     " supports dense (strided) tensors only, got ", t.layout());
   TORCH_CHECK_VALUE(t.device().is_cpu() || isOpenReg(t), "oreg_ccl: ", op,
                     " supports cpu and openreg tensors, got a tensor on ", t.device());
+}
+
+void checkWritable(const std::vector<at::Tensor>& ts, const char* op) {
+  for (const auto& t : ts)
+    TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, "oreg_ccl: ", op,
+                ": unsupported operation: more than one element of the written-to tensor "
+                "refers to a single memory location (", describe(t), ", strides ", t.strides(),
+                "). Please clone() the tensor before performing the operation.");
 }
 
 at::Tensor checkSingle(const std::vector<at::Tensor>& tensors, const char* op) {
@@ -51,7 +61,8 @@ c10::ScalarType stageDtype(c10::ScalarType dtype) {
   return (dtype == c10::kHalf || dtype == c10::kBFloat16) ? c10::kFloat : dtype;
 }
 
-ReduceSpec reduceSpec(const c10d::ReduceOp& op, c10::ScalarType dtype, const char* what) {
+ReduceSpec reduceSpec(const c10d::ReduceOp& op, const at::Tensor& reduced, const char* what) {
+  const c10::ScalarType dtype = reduced.scalar_type();
   ReduceSpec s;
   const bool floating = c10::isFloatingType(dtype) || c10::isComplexType(dtype);
   switch (op.op_) {
@@ -80,6 +91,11 @@ ReduceSpec reduceSpec(const c10d::ReduceOp& op, c10::ScalarType dtype, const cha
         checkTensor(sup->tensor_factor, what);
         TORCH_CHECK_VALUE(sup->tensor_factor.numel() == 1, "oreg_ccl: ", what,
                           ": the PREMUL_SUM factor must have one element");
+        // On another device, the operation would be ordered (and waited for)
+        // on the wrong one: the factor's stream, not the reduced tensor's.
+        TORCH_CHECK_VALUE(sup->tensor_factor.device() == reduced.device(), "oreg_ccl: ", what,
+                          ": the PREMUL_SUM factor is on ", sup->tensor_factor.device(),
+                          " but the reduced tensor is on ", reduced.device());
         s.factorTensor = sup->tensor_factor;
       } else {
         s.factor = sup->double_factor;

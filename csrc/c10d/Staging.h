@@ -23,6 +23,10 @@ at::Tensor checkSingle(const std::vector<at::Tensor>& tensors, const char* op);
 // Dense, on CPU or openreg, all on the same device as `ref`.
 void checkTensor(const at::Tensor& t, const char* op);
 void checkSameDevice(const at::Tensor& ref, const std::vector<at::Tensor>& ts, const char* op);
+// Tensors the operation writes: one with internal overlap (an expanded tensor)
+// is refused at the call, as ATen's in-place ops refuse it, instead of
+// failing the whole group on the worker when the result is copied back.
+void checkWritable(const std::vector<at::Tensor>& ts, const char* op);
 void checkSameTypeAndSize(const at::Tensor& ref, const std::vector<at::Tensor>& ts,
                           const char* op);
 // "float32[2, 3]" — part of the description ranks compare on the wire.
@@ -37,7 +41,8 @@ struct ReduceSpec {
   at::Tensor factorTensor;  //   this one-element tensor is set
   std::string name;
 };
-ReduceSpec reduceSpec(const c10d::ReduceOp& op, c10::ScalarType dtype, const char* what);
+// `reduced`: the tensor reduced (its dtype; a factor tensor must be on its device).
+ReduceSpec reduceSpec(const c10d::ReduceOp& op, const at::Tensor& reduced, const char* what);
 
 // The dtype a reduction runs in (fp16/bf16 widen to fp32).
 c10::ScalarType stageDtype(c10::ScalarType dtype);

@@ -49,6 +49,18 @@ def mismatches(rank, n):
     with pytest.raises(ValueError, match="sends itself"):  # own block: 2 out, 3 expected
         dist.all_to_all([torch.empty(3 if p == rank else 2) for p in range(n)],
                         [torch.ones(2) for _ in range(n)])
+    # A written-to tensor with internal overlap (several elements, one memory
+    # location) is refused at the call, like ATen's in-place ops refuse it.
+    with pytest.raises(RuntimeError, match=r"oreg_ccl: \w+: unsupported operation"):
+        dist.all_reduce(torch.ones(1).expand(4))
+    with pytest.raises(RuntimeError, match=r"oreg_ccl: \w+: unsupported operation"):
+        dist.all_gather_into_tensor(torch.zeros(1).expand(2 * n), torch.ones(2))
+    with pytest.raises(RuntimeError, match=r"oreg_ccl: \w+: unsupported operation"):
+        dist.broadcast(torch.zeros(1).expand(3), src=1 - rank)  # written on the receiver only
+    # A PREMUL_SUM factor on another device than the reduced tensor.
+    factor = torch.tensor([2.0], device=torch.device("openreg", rank))
+    with pytest.raises(ValueError, match="factor is on openreg"):
+        dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(factor))
     # The default group is still healthy.
     t = torch.ones(3)
     dist.all_reduce(t)
