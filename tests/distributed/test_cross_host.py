@@ -318,6 +318,39 @@ def killed_while_sent_to(rank, n, tmp):
     os._exit(0)  # skip destroy: the group is broken
 
 
+def abort_behind_queued_data(rank, n, tmp):
+    # Rank 0's group fails while far more data to rank 1 is queued than the
+    # sockets hold (rank 1 is stopped, SIGSTOP): its abort, queued behind that
+    # data, is dropped with it when the connection is closed without
+    # lingering, so it must go again on a connection of its own. Rank 1 then
+    # learns of the failure once it runs again, not at its own 60 s timeout.
+    pids = [None] * n
+    dist.all_gather_object(pids, os.getpid())
+    g = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=3 if rank == 0 else 60))
+    dist.barrier(group=g)
+    done = os.path.join(tmp, "rank1-done")
+    if rank == 0:
+        os.kill(pids[1], signal.SIGSTOP)
+        try:
+            dist.isend(torch.ones(64 << 20), 1, group=g)  # 256 MiB
+            expect_dist_error(lambda: dist.all_reduce(torch.ones(2), group=g))
+        finally:
+            os.kill(pids[1], signal.SIGCONT)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    else:
+        start = time.monotonic()
+        msg = expect_dist_error(lambda: dist.all_reduce(torch.ones(2), group=g), "rank 0 failed")
+        assert time.monotonic() - start < 30, (time.monotonic() - start, msg)
+        open(done, "w").close()
+    os._exit(0)  # skip destroy: the group is broken
+
+
+def test_abort_queued_behind_data_still_arrives(tmp_path):
+    spawn(abort_behind_queued_data, 2, tmp_path, str(tmp_path), host_of=(0, 1), timeout=150)
+
+
 def test_killed_while_only_sent_to(tmp_path):
     spawn(killed_while_sent_to, 2, tmp_path, str(tmp_path), host_of=(0, 1), pg_timeout=60,
           expect_exit={1: -signal.SIGKILL})

@@ -270,6 +270,17 @@ void ZmqTransport::wakeIo() {
   if (wakeFd_ >= 0) (void)!write(wakeFd_, &one, sizeof(one));
 }
 
+void ZmqTransport::sendAborts(const std::string& why) {
+  std::lock_guard<std::mutex> g(sendMutex_);
+  for (int p = 0; p < size_; ++p) {
+    if (!dealers_[p]) continue;
+    Outgoing o{p, makeHeader(wire::Kind::kAbort, 0, "abort", why.size(), 0, why.size()),
+               ZmqMessage(why.size())};
+    std::memcpy(o.payload.data(), why.data(), why.size());
+    (void)sendOrDrop(o);  // best effort: the group failed already
+  }
+}
+
 void ZmqTransport::closeDealer(int peer) {
   if (!dealers_[peer]) return;
   zmq_socket_monitor(dealers_[peer], nullptr, 0);
@@ -465,34 +476,40 @@ void ZmqTransport::ioLoop() {
       uint64_t v;
       (void)!read(wakeFd_, &v, sizeof(v));
     }
-    bool abort = false, stop = false, drop = false;
+    bool abort = false, stop = false, drop = false, aborted = false;
     std::string abortWhy;
     {
       std::lock_guard<std::mutex> g(ioMutex_);
       std::swap(abort, abortPending_);
       abortWhy = abortWhy_;
+      aborted = abortRequested_;
       stop = stopping_;
       std::swap(drop, dropSends_);
     }
-    if (abort) {
-      std::lock_guard<std::mutex> g(sendMutex_);
-      for (int p = 0; p < size_; ++p) {
-        if (!dealers_[p]) continue;
-        Outgoing o{p, makeHeader(wire::Kind::kAbort, 0, "abort", abortWhy.size(), 0, abortWhy.size()),
-                   ZmqMessage(abortWhy.size())};
-        std::memcpy(o.payload.data(), abortWhy.data(), abortWhy.size());
-        (void)sendOrDrop(o);  // best effort: the group failed already
-      }
-    }
+    if (abort) sendAborts(abortWhy);
     if (drop) {
       // The group failed and a peer stopped reading: release the caller
       // buffers libzmq still holds by closing the DEALERs without lingering.
+      // Our abort, queued behind that data, goes with them: send it again on
+      // a connection of its own, which the peer reads once it runs again.
       std::lock_guard<std::mutex> g(sendMutex_);
       for (int p = 0; p < size_; ++p) {
-        if (dealers_[p]) setOption(dealers_[p], ZMQ_LINGER, 0);
+        if (!dealers_[p]) continue;
+        setOption(dealers_[p], ZMQ_LINGER, 0);
         closeDealer(p);
+        if (!aborted) continue;
+        try {
+          void* d = zmq_socket(ctx_, ZMQ_DEALER);
+          if (!d) continue;
+          dealers_[p] = d;
+          setOption(d, ZMQ_LINGER, kLingerMs);
+          (void)zmq_connect(d, endpoints_[p].c_str());
+        } catch (const std::exception&) {
+          // best effort: the group failed already
+        }
       }
     }
+    if (drop && aborted) sendAborts(abortWhy);
     if (stop) return;
     bool got = false;
     while (receiveOne()) got = true;

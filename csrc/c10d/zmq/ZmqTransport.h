@@ -150,6 +150,8 @@ class ZmqTransport final : public Transport {
 
   void notify();
   void wakeIo();  // make the I/O thread look at its queues (any thread)
+  // An abort message to every remote peer (I/O thread).
+  void sendAborts(const std::string& why);
   void closeDealer(int peer);  // I/O thread, or after it stopped
   static void releaseChunk(void* data, void* hint);
 
