@@ -44,13 +44,17 @@ void copyDeviceToDevice(const at::Tensor& src, const at::Tensor& dst) {
 
 bool isPinned(const at::Tensor& t) { return orIsPinned(t.storage().data()); }
 
-// A non-owning view of a pinned host tensor for an asynchronous copy kernel.
-// The block is recorded on `stream` so the host allocator keeps it until the
-// copy has run; the kernel never holds (or drops) the user's tensor, which
-// could need the GIL on a worker thread.
-at::Tensor pinnedView(const at::Tensor& t, const c10::Stream& stream) {
-  getHostAllocator()->record_event(t.storage().mutable_data(), nullptr, stream);
+// A non-owning view of a pinned host tensor for an asynchronous copy kernel:
+// the kernel never holds (or drops) the user's tensor, which could need the
+// GIL on a worker thread. The caller records the block on the copy's stream
+// *after* launching the copy (recordPinned), so the host allocator keeps it
+// until the copy has run; recorded before, the event would complete first.
+at::Tensor pinnedView(const at::Tensor& t) {
   return hostTensorAt(t.storage().mutable_data(), t.storage().nbytes(), t);
+}
+
+void recordPinned(const at::Tensor& t, const c10::Stream& stream) {
+  getHostAllocator()->record_event(t.storage().mutable_data(), nullptr, stream);
 }
 
 // Runs `body` in stream order and returns once it is done. When the stream is
@@ -69,8 +73,9 @@ void copyHostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blo
   c10::Stream stream = getCurrentStream(dst.device().index());
   at::Tensor dst_view = kernelView(dst);
   if (non_blocking && isPinned(src)) {
-    at::Tensor src_view = pinnedView(src, stream);
+    at::Tensor src_view = pinnedView(src);
     launchKernel(stream, [src_view, dst_view]() mutable { dst_view.copy_(src_view); }, {}, {dst});
+    recordPinned(src, stream);
     return;
   }
   runSynchronously(stream, [&src, &dst_view] { dst_view.copy_(src); });
@@ -80,8 +85,9 @@ void copyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blo
   c10::Stream stream = getCurrentStream(src.device().index());
   at::Tensor src_view = kernelView(src);
   if (non_blocking && isPinned(dst)) {
-    at::Tensor dst_view = pinnedView(dst, stream);
+    at::Tensor dst_view = pinnedView(dst);
     launchKernel(stream, [src_view, dst_view]() mutable { dst_view.copy_(src_view); }, {src}, {});
+    recordPinned(dst, stream);
     return;
   }
   runSynchronously(stream, [&src_view, &dst] { dst.copy_(src_view); });

@@ -53,3 +53,26 @@ def test_pinned_source_freed_before_the_copy_runs():
     for _ in range(3):  # churn the pinned allocator meanwhile
         torch.full((1 << 16,), 9.0).pin_memory()
     assert torch.equal(dst.cpu(), torch.full((1 << 16,), 3.0))
+
+
+def test_pinned_block_outlives_a_long_copy_that_reads_it(python):
+    # The block's event must be recorded behind the copy, not before it: then
+    # a pinned allocation made while the copy still runs frees (unmaps) the
+    # block under it (a crash, or the copy reads another buffer's values).
+    r = python("""
+        import time, torch
+        n = 32 << 20  # 128 MiB: the copy takes a while
+        src = torch.full((n,), 3.0).pin_memory()
+        dst = torch.empty(n, device="openreg")
+        torch.openreg.synchronize()
+        torch.openreg._sleep(100)
+        dst.copy_(src, non_blocking=True)
+        del src
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:  # pinned allocations release completed blocks
+            torch.zeros(1 << 10).pin_memory()
+        torch.openreg.synchronize()
+        print(torch.equal(dst.cpu(), torch.full((n,), 3.0)))
+    """)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.split() == ["True"], r.stdout
