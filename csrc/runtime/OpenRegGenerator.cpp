@@ -8,9 +8,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/GeneratorImpl.h>
-#include <c10/core/GeneratorImpl.h>
 
 #include "OpenRegFunctions.h"
+#include "driver/Driver.h"
 
 namespace openreg {
 namespace {
@@ -59,6 +59,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     restore(words[0], words[1]);
   }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    waitForQueuedDraws();
     // Remember the exact CPU sequence position so set_state can resume it.
     if (snapshots_.size() >= kMaxSnapshots) snapshots_.erase(snapshots_.begin());
     snapshots_[{seed_, offset_}] = cpu_.clone();
@@ -81,6 +82,11 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
   static constexpr uint64_t kOffsetPerKernel = 4;
   static constexpr size_t kMaxSnapshots = 16;
 
+  // Kernels draw when they run, not when they are launched: the CPU
+  // generator's position is this state's only once the queued ones have run
+  // (a snapshot taken earlier would replay their numbers).
+  void waitForQueuedDraws() const { (void)orDeviceSynchronize(device().index()); }
+
   void restore(uint64_t seed, uint64_t offset) {
     if (seed == seed_ && offset == offset_) return;
     auto it = snapshots_.find({seed, offset});
@@ -95,6 +101,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
   }
 
   OpenRegGeneratorImpl* clone_impl() const override {
+    waitForQueuedDraws();
     auto* copy = new OpenRegGeneratorImpl(device().index(), seed_);
     copy->cpu_ = cpu_.clone();
     copy->offset_ = offset_;

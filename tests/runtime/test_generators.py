@@ -35,6 +35,24 @@ def test_rng_state_round_trip():
     torch.openreg.set_rng_state_all(states)
 
 
+@pytest.mark.parametrize("which", ["default", "explicit"])
+def test_generator_state_taken_while_random_kernels_are_queued(which):
+    # Kernels draw when they run: a state taken while one is still queued must
+    # not replay its numbers.
+    g = (torch.openreg.default_generators[0] if which == "default"
+         else torch.Generator(device="openreg"))
+    g.manual_seed(0)
+    kw = {} if which == "default" else {"generator": g}
+    torch.openreg._sleep(200)
+    x = torch.randn(1000, device="openreg", **kw)
+    state = g.get_state()
+    a = torch.randn(1000, device="openreg", **kw)
+    g.set_state(state)
+    b = torch.randn(1000, device="openreg", **kw)
+    assert torch.equal(a.cpu(), b.cpu())
+    assert not torch.equal(b.cpu(), x.cpu())
+
+
 def test_devices_have_independent_generators():
     torch.openreg.manual_seed_all(5)
     with torch.openreg.device(2):
