@@ -42,7 +42,9 @@ struct Block {
   size_t requested = 0;   // what the caller asked for
   c10::DeviceIndex device = 0;
   c10::StreamId stream = 0;                    // allocating stream
-  std::unordered_set<c10::StreamId> stream_uses;  // other streams (record_stream)
+  // Other streams that use it (record_stream), of any device: a copy on
+  // another device's stream reads this device's memory too.
+  std::unordered_set<c10::Stream> stream_uses;
   bool allocated = false;
   bool small() const { return size <= kSmallSize; }
 };
@@ -110,28 +112,28 @@ class DeviceCache {
     }
     // Used on other streams: reusable only after their queued work completes.
     std::vector<orEvent> events;
-    for (c10::StreamId s : block->stream_uses) {
+    for (const c10::Stream& s : block->stream_uses) {
       orEvent event = nullptr;
       OPENREG_CHECK(orEventCreate(&event, false));
-      OPENREG_CHECK(orEventRecord(event, rawStream(streamOf(s))));
+      OPENREG_CHECK(orEventRecord(event, rawStream(s)));
       events.push_back(event);
     }
     block->stream_uses.clear();
     pending_.push_back({block, std::move(events)});
   }
 
-  void recordStream(void* ptr, c10::StreamId stream) {
+  void recordStream(void* ptr, c10::Stream stream) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = live_.find(ptr);
     if (it == live_.end()) return;  // not from this allocator (e.g. a view of freed memory)
-    if (stream != it->second->stream) it->second->stream_uses.insert(stream);
+    if (stream != streamOf(it->second->stream)) it->second->stream_uses.insert(stream);
   }
 
   void emptyCache() {
     std::lock_guard<std::mutex> lock(mutex_);
     // Cached blocks may still be read by queued kernels of their stream; the
     // driver's free is immediate, so wait first (cudaFree synchronises too).
-    OPENREG_CHECK(orDeviceSynchronize(device_));
+    waitForDevice();
     processPendingFrees();
     releaseCached();
   }
@@ -181,10 +183,20 @@ class DeviceCache {
     cached_.insert(block);
   }
 
+  // Waits for every stream of the device. A stream whose kernel failed runs
+  // nothing more, so its memory is as quiet as a finished stream's; its error
+  // is that stream's to report, not the allocator's (which would otherwise
+  // fail every later empty_cache and OOM retry of the device).
+  void waitForDevice() {
+    orError e = orDeviceSynchronize(device_);
+    if (e != orErrorLaunchFailure) OPENREG_CHECK(e);
+  }
+
   void processPendingFrees() {
     for (auto it = pending_.begin(); it != pending_.end();) {
       bool done = true;
-      for (orEvent e : it->events) done = done && orEventQuery(e) == orSuccess;
+      // A failed stream's event counts as done (it runs nothing more).
+      for (orEvent e : it->events) done = done && orEventQuery(e) != orErrorNotReady;
       if (!done) {
         ++it;
         continue;
@@ -215,7 +227,7 @@ class DeviceCache {
     if (error == orErrorMemoryAllocation && (!cached_.empty() || !pending_.empty())) {
       // Free the cache and retry, like CUDA's allocator.
       stats_.num_alloc_retries++;
-      OPENREG_CHECK(orDeviceSynchronize(device_));
+      waitForDevice();
       processPendingFrees();
       releaseCached();
       error = orMalloc(device_, &ptr, size);
@@ -302,7 +314,7 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
     if (!ptr.get()) return;
     auto* block = static_cast<Block*>(ptr.get_context());
     if (!block || ptr.get_deleter() != &deleteBlock) return;
-    cache(block->device).recordStream(block->ptr, stream.id());
+    cache(block->device).recordStream(block->ptr, stream);
   }
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {

@@ -80,11 +80,11 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (!event) return true;
     orError e = orEventQuery(static_cast<orEvent>(event));
     if (e == orErrorNotReady) return false;
-    OPENREG_CHECK(e);
+    checkEventError(e, event);
     return true;
   }
   void synchronizeEvent(void* event) const override {
-    if (event) OPENREG_CHECK(orEventSynchronize(static_cast<orEvent>(event)));
+    if (event) checkEventError(orEventSynchronize(static_cast<orEvent>(event)), event);
   }
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
     if (event) orEventDestroy(static_cast<orEvent>(event));
@@ -98,8 +98,15 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 "Both events must be created with argument 'enable_timing=True'.");
     TORCH_CHECK(e != orErrorNotReady,
                 "Both events must be completed before calculating elapsed time.");
-    OPENREG_CHECK(e);
+    checkEventError(e, orEventQuery(static_cast<orEvent>(start)) != orSuccess ? start : end);
     return ms;
+  }
+  // A failed kernel before the event: its stream's message.
+  static void checkEventError(orError e, void* event) {
+    if (e == orSuccess) return;
+    orStream stream = orEventStream(static_cast<orEvent>(event));
+    checkKernelError(e, "the stream of an event",
+                     stream ? orStreamLastError(stream) : std::string());
   }
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& s) const override;
 };

@@ -4,6 +4,7 @@
 // Tests: tests/runtime/test_device.py, test_generators.py, test_pinned.py.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/Storage.h>
 #include <cstring>
 
@@ -55,9 +56,11 @@ struct OpenRegHooks final : public at::PrivateUse1HooksInterface {
     auto* impl = storage.unsafeGetStorageImpl();
     TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
     c10::DeviceIndex device = impl->device().index();
-    c10::DeviceIndex previous = exchange_device(device);
-    c10::DataPtr fresh = impl->allocator()->allocate(new_bytes);
-    exchange_device(previous);
+    c10::DataPtr fresh;
+    {
+      c10::DeviceGuard guard(impl->device());  // restored even if allocate throws (OOM)
+      fresh = impl->allocator()->allocate(new_bytes);
+    }
     size_t keep = std::min(new_bytes, impl->nbytes());
     if (keep > 0) {
       c10::Stream stream = getCurrentStream(device);

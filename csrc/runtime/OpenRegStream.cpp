@@ -83,20 +83,25 @@ int streamPriority(const c10::Stream& stream) {
   return priorityOfId(stream.id());
 }
 
-void synchronizeStream(const c10::Stream& stream) {
-  orStream raw = rawStream(stream);
-  orError error = orStreamSynchronize(raw);
-  TORCH_CHECK(error != orErrorLaunchFailure,
-              "openreg kernel failed asynchronously on ", stream, ": ",
-              orStreamLastError(raw),
+void checkKernelError(orError error, const std::string& where, const std::string& message) {
+  TORCH_CHECK(error != orErrorLaunchFailure, "openreg kernel failed asynchronously on ", where,
+              ": ", message,
               "\nKernel errors are reported at a later API call, as on CUDA; "
               "the stream is unusable afterwards.");
   OPENREG_CHECK(error);
 }
 
+void synchronizeStream(const c10::Stream& stream) {
+  orStream raw = rawStream(stream);
+  orError error = orStreamSynchronize(raw);
+  if (error != orSuccess) checkKernelError(error, c10::str(stream), orStreamLastError(raw));
+}
+
 void synchronizeDevice(c10::DeviceIndex device) {
   device = resolve_device(device);
-  OPENREG_CHECK(orDeviceSynchronize(device));
+  orError error = orDeviceSynchronize(device);
+  if (error != orSuccess)
+    checkKernelError(error, "openreg:" + std::to_string(device), orDeviceLastError(device));
 }
 
 }  // namespace openreg

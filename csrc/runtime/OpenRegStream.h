@@ -9,6 +9,8 @@
 
 #include <c10/core/Stream.h>
 
+#include <string>
+
 #include "driver/Driver.h"
 
 namespace openreg {
@@ -26,5 +28,9 @@ int streamPriority(const c10::Stream& stream);
 // Waits for the stream; raises with the kernel's message if one failed.
 void synchronizeStream(const c10::Stream& stream);
 void synchronizeDevice(c10::DeviceIndex device);
+// Raises for `error`; a kernel failure (orErrorLaunchFailure) with the failed
+// kernel's `message`, reported at this later call as CUDA reports its
+// asynchronous errors. `where`: the stream, event or device it was seen on.
+void checkKernelError(orError error, const std::string& where, const std::string& message);
 
 }  // namespace openreg

@@ -2,6 +2,7 @@
 (csrc/runtime/OpenRegCachingAllocator.cpp, driver/Memory.cpp, driver/FaultHandler.cpp;
 openreg/memory.py)."""
 import signal
+import time
 
 import pytest
 import torch
@@ -112,6 +113,42 @@ def test_record_stream_delays_reuse():
     assert z.data_ptr() != ptr                   # not reused while `side` may still read it
     side.synchronize()
     assert torch.equal(y.cpu(), torch.full((1 << 16,), 2.0))
+
+
+def test_record_stream_of_another_device_delays_reuse():
+    # x (openreg:0) is read by a copy queued on a stream of openreg:1: the
+    # free must wait for that stream, not for a stream of openreg:0 with the
+    # same id.
+    x = torch.ones(1 << 16, device="openreg:0")
+    ptr = x.data_ptr()
+    torch.openreg.synchronize(0)
+    other = torch.openreg.Stream(device=1)
+    with torch.openreg.stream(other):
+        torch.openreg._sleep(300)
+        y = x.to("openreg:1")
+    x.record_stream(other)
+    del x
+    time.sleep(0.05)
+    z = torch.empty(1 << 16, device="openreg:0")
+    assert z.data_ptr() != ptr
+    z.fill_(5.0)
+    other.synchronize()
+    assert torch.equal(y.cpu(), torch.ones(1 << 16))
+
+
+def test_failed_resize_restores_the_current_device(python):
+    r = python("""
+        import torch
+        t = torch.ones(4, device="openreg:1")
+        for resize in (lambda: t.untyped_storage().resize_(100 << 20), lambda: t.resize_(30 << 20)):
+            try:
+                resize()
+            except torch.OutOfMemoryError:
+                pass
+            print(torch.openreg.current_device(), torch.empty(1, device="openreg").device)
+    """, env={"OPENREG_DEVICE_MEMORY": "64MiB"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["0 openreg:0", "0 openreg:0"], r.stdout
 
 
 def test_freed_block_reused_on_same_stream():

@@ -174,6 +174,43 @@ def test_kernel_error_is_reported_at_a_later_call(python):
     assert "event raised:" in r.stdout, r.stdout
 
 
+def test_kernel_error_reaches_waiting_streams_events_and_device_sync(python):
+    # A stream that waited for a failed one fails too (its kernels would read
+    # what the failed kernel did not write); events after the failure and a
+    # device-wide synchronize report the kernel's message; memory management
+    # (empty_cache, the OOM retry's synchronize) keeps working.
+    r = python("""
+        import torch
+        O = torch.openreg
+        y = torch.zeros(4, device="openreg")
+        O.synchronize()
+        s = O.Stream()
+        start, end = O.Event(enable_timing=True), O.Event(enable_timing=True)
+        with O.stream(s):
+            start.record()
+            O._sleep(50)
+            O._C._raise_in_kernel("boom on the side stream")
+            end.record()
+            y.fill_(7.0)
+        O.current_stream().wait_stream(s)
+        def outcome(fn):
+            try:
+                fn()
+            except RuntimeError as e:
+                return str(e).splitlines()[0]
+            return "no error"
+        for name, fn in [("cpu", y.cpu), ("query", end.query),
+                         ("elapsed", lambda: start.elapsed_time(end)),
+                         ("device", O.synchronize), ("empty_cache", O.empty_cache)]:
+            print(name, "|", outcome(fn))
+    """)
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split(" | ") for line in r.stdout.splitlines())
+    for name in ("cpu", "query", "elapsed", "device"):
+        assert "boom on the side stream" in got[name], (name, got[name])
+    assert got["empty_cache"] == "no error"
+
+
 def test_stream_workers_are_named_for_profilers():
     import glob
     torch.zeros(1, device="openreg").add_(1)

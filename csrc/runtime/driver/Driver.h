@@ -43,6 +43,8 @@ size_t orDeviceTotalMemory();        // OPENREG_DEVICE_MEMORY, default 16 GiB
 bool orIsInitialized();              // any device touched yet in this process
 bool orIsForkedChild();              // true in a fork of an initialised parent
 orError orDeviceSynchronize(int device);
+// The message of the first failed kernel among the device's streams ("" if none).
+std::string orDeviceLastError(int device);
 
 // ---- memory ----------------------------------------------------------------
 // Device memory is sub-allocated from a per-device arena; freed ranges give
@@ -85,7 +87,11 @@ orError orEventCreate(orEvent* event, bool enable_timing);
 orError orEventDestroy(orEvent event);
 orError orEventRecord(orEvent event, orStream stream);
 orError orStreamWaitEvent(orStream stream, orEvent event);
+// orSuccess once the recorded work ran, orErrorNotReady before; once it ran,
+// orErrorLaunchFailure if a kernel of its stream failed (sticky, as CUDA's).
 orError orEventQuery(orEvent event);
+// The stream the event was last recorded on (nullptr if never recorded).
+orStream orEventStream(orEvent event);
 orError orEventSynchronize(orEvent event);
 // Milliseconds between two recorded, completed, timing-enabled events.
 orError orEventElapsedTime(float* ms, orEvent start, orEvent end);

@@ -19,6 +19,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 namespace openreg {
@@ -154,6 +156,16 @@ orError orDeviceSynchronize(int device) {
   return result;
 }
 
+std::string orDeviceLastError(int device) {
+  std::vector<orStream> streams;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    for (auto* s : g_streams)
+      if (s->device == device && s->failed.load()) streams.push_back(s);
+  }
+  return streams.empty() ? std::string() : orStreamLastError(streams.front());
+}
+
 int orStreamDevice(orStream stream) { return stream->device; }
 int orStreamPriority(orStream stream) { return stream->priority; }
 
@@ -279,7 +291,15 @@ orError orStreamWaitEvent(orStream stream, orEvent event) {
   if (!event || !stream) return orErrorInvalidValue;
   auto record = event->current();
   if (!record || record->stream == stream) return orSuccess;  // in-order already
-  return orLaunchKernel(stream, [record] { record->stream->waitFor(record->seq); });
+  // A failure of the awaited stream fails this one too: its later kernels
+  // would read what the failed kernel did not write (CUDA's errors are sticky
+  // for the whole context).
+  return orLaunchKernel(stream, [record] {
+    record->stream->waitFor(record->seq);
+    if (record->stream->failed.load())
+      throw std::runtime_error("waited for a stream whose kernel failed: " +
+                               orStreamLastError(record->stream));
+  });
 }
 
 orError orEventQuery(orEvent event) {
@@ -287,9 +307,14 @@ orError orEventQuery(orEvent event) {
   if (!event) return orErrorInvalidValue;
   auto record = event->current();
   if (!record) return orSuccess;
-  return record->stream->completed.load(std::memory_order_acquire) >= record->seq
-             ? orSuccess
-             : orErrorNotReady;
+  if (record->stream->completed.load(std::memory_order_acquire) < record->seq)
+    return orErrorNotReady;
+  return record->stream->failed.load() ? orErrorLaunchFailure : orSuccess;
+}
+
+orStream orEventStream(orEvent event) {
+  auto record = event ? event->current() : nullptr;
+  return record ? record->stream : nullptr;
 }
 
 orError orEventSynchronize(orEvent event) {
@@ -307,7 +332,8 @@ orError orEventElapsedTime(float* ms, orEvent start, orEvent end) {
   auto a = start->current();
   auto b = end->current();
   if (!a || !b) return orErrorInvalidValue;
-  if (orEventQuery(start) != orSuccess || orEventQuery(end) != orSuccess) return orErrorNotReady;
+  for (orEvent e : {start, end})
+    if (orError status = orEventQuery(e); status != orSuccess) return status;  // no time mark
   *ms = static_cast<float>(b->time_ns.load() - a->time_ns.load()) / 1e6f;
   return orSuccess;
 }
