@@ -46,7 +46,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_exchange_device", [](int d) {
     return static_cast<int>(exchange_device(static_cast<c10::DeviceIndex>(d)));
   });
-  m.def("_check_device", [](int d) { check_device_index(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_check_device", [](int64_t d) { check_device_index(d); });  // before any narrowing
   m.def("_is_initialized", [] { return orIsInitialized(); });
   m.def("_is_forked_child", [] { return orIsForkedChild(); });
   m.def("_device_total_memory", [] { return orDeviceTotalMemory(); });

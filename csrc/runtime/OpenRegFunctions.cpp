@@ -13,9 +13,9 @@ c10::DeviceIndex device_count() noexcept {
   return static_cast<c10::DeviceIndex>(orDeviceCount());
 }
 
-void check_device_index(c10::DeviceIndex index) {
+void check_device_index(int64_t index) {
   TORCH_CHECK(index >= 0 && index < device_count(),
-              "openreg error: invalid device ordinal: openreg:", static_cast<int>(index),
+              "openreg error: invalid device ordinal: openreg:", index,
               " requested, but only ", static_cast<int>(device_count()),
               " openreg devices exist (valid indices are 0..",
               static_cast<int>(device_count()) - 1,

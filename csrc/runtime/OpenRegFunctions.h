@@ -9,7 +9,8 @@ namespace openreg {
 
 c10::DeviceIndex device_count() noexcept;
 // Raises (RuntimeError) naming the valid range if `index` is not a device.
-void check_device_index(c10::DeviceIndex index);
+// Any integer: Python passes indices before they are narrowed to a DeviceIndex.
+void check_device_index(int64_t index);
 c10::DeviceIndex current_device();
 void set_device(c10::DeviceIndex index);
 c10::DeviceIndex exchange_device(c10::DeviceIndex index);

@@ -42,6 +42,13 @@ def test_invalid_device_names_valid_range():
         torch.empty(1, device="openreg:12")
     with pytest.raises(RuntimeError, match="invalid device ordinal"):
         torch.openreg.get_device_properties(99)
+    # Checked before narrowing to c10's 8-bit DeviceIndex: 256 is not device 0.
+    for fn in (torch.openreg.set_device, torch.openreg.synchronize, torch.openreg.mem_get_info):
+        with pytest.raises(RuntimeError, match="invalid device ordinal: openreg:256 "):
+            fn(256)
+    with pytest.raises(RuntimeError, match="invalid device ordinal: openreg:264 "):
+        torch.openreg.get_device_properties(264)
+    assert torch.openreg.current_device() == 0
 
 
 def test_properties_and_availability():
