@@ -53,7 +53,12 @@ def parse_args(argv=None):
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--no-pin-cores", action="store_true",
                    help="do not pin each rank to one core when ranks outnumber cores")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.log_every < 1:
+        p.error("--log-every must be at least 1")
+    if (args.resume or args.checkpoint_every) and not args.checkpoint_dir:
+        p.error("--resume and --checkpoint-every need --checkpoint-dir")
+    return args
 
 
 def pin_to_core():
@@ -102,10 +107,15 @@ def apply_activation_checkpointing(model):
 
 
 def wrap(model, args, world, device):
-    """Returns (model, data-parallel size, data-parallel rank)."""
+    """Returns (model, data-parallel size, data-parallel rank). Activation
+    checkpointing goes after tensor parallelism (whose plan names the blocks'
+    own submodules) and before data parallelism, as in torchtitan."""
     from torch.distributed.device_mesh import init_device_mesh
     rank = dist.get_rank() if dist.is_initialized() else 0
     s = args.strategy
+    checkpoint = apply_activation_checkpointing if args.activation_checkpointing else (lambda m: None)
+    if s not in ("tp", "dp_tp"):
+        checkpoint(model)
     if s == "none" or world == 1 and s in ("ddp", "fsdp", "fsdp2", "hsdp"):
         return model, 1, 0
     if s == "ddp":
@@ -117,8 +127,12 @@ def wrap(model, args, world, device):
     if s in ("fsdp2", "hsdp"):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         if s == "hsdp":
-            assert world % 2 == 0, "hsdp needs an even number of devices"
-            mesh = init_device_mesh(args.device_type, (2, world // 2), mesh_dim_names=("replicate", "shard"))
+            # Replicate across hosts and shard within one (on a single host: 2 replicas).
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+            replicas = world // local if local < world else 2
+            assert world % replicas == 0, f"hsdp needs the devices to split into {replicas} replicas"
+            mesh = init_device_mesh(args.device_type, (replicas, world // replicas),
+                                    mesh_dim_names=("replicate", "shard"))
         else:
             mesh = init_device_mesh(args.device_type, (world,), mesh_dim_names=("shard",))
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.bf16 else None
@@ -132,6 +146,7 @@ def wrap(model, args, world, device):
         mesh = init_device_mesh(args.device_type, (world,), mesh_dim_names=("tp",))
         for block in model.blocks:
             parallelize_module(block, mesh, tp_plan())
+        checkpoint(model)
         return model, 1, 0
     if s == "dp_tp":
         from torch.distributed.fsdp import fully_shard
@@ -139,6 +154,8 @@ def wrap(model, args, world, device):
         mesh = init_device_mesh(args.device_type, (world // 2, 2), mesh_dim_names=("dp", "tp"))
         for block in model.blocks:
             parallelize_module(block, mesh["tp"], tp_plan())
+        checkpoint(model)
+        for block in model.blocks:
             fully_shard(block, mesh=mesh["dp"])
         fully_shard(model, mesh=mesh["dp"])
         return model, world // 2, mesh["dp"].get_local_rank()
@@ -146,17 +163,21 @@ def wrap(model, args, world, device):
 
 
 def clip_grad_norm(model, max_norm: float, strategy: str):
-    if strategy == "fsdp":
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    if isinstance(model, FSDP):
         model.clip_grad_norm_(max_norm)  # FSDP1 knows the norm is over sharded flat params
         return
     if strategy not in ("tp", "dp_tp"):
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         return
-    # Tensor-parallel models mix DTensor and plain parameters, which PyTorch's
-    # clip_grad_norm_ refuses: take the global norm over full gradients.
+    # Tensor-parallel models mix DTensors of different meshes and plain
+    # parameters, which PyTorch's clip_grad_norm_ refuses. Each DTensor's norm
+    # is computed on its shards and reduced as one scalar (full_tensor() of the
+    # norm, not of the gradient).
     from torch.distributed.tensor import DTensor
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    squares = [(g.full_tensor() if isinstance(g, DTensor) else g).float().pow(2).sum() for g in grads]
+    norms = [torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]
+    squares = [(n.full_tensor() if isinstance(n, DTensor) else n).pow(2) for n in norms]
     total = torch.stack(squares).sum().sqrt()
     scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for g in grads:
@@ -170,7 +191,7 @@ def save_checkpoint(path, model, opt, step):
     from torch.distributed.checkpoint.state_dict import get_state_dict
     msd, osd = get_state_dict(model, opt)
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
-    if dist.get_rank() == 0:
+    if not dist.is_initialized() or dist.get_rank() == 0:
         with open(os.path.join(path, "step.json"), "w") as f:
             json.dump({"step": step}, f)
 
@@ -195,6 +216,11 @@ def collective_seconds() -> float:
         return _C._ccl_busy_seconds()
     except (ImportError, AttributeError):
         return 0.0
+
+
+def local_parameter_elements(model) -> int:
+    from torch.distributed.tensor import DTensor
+    return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in model.parameters())
 
 
 def device_peak_memory(device) -> int:
@@ -231,8 +257,6 @@ def main(argv=None):
     torch.manual_seed(args.seed)  # identical initial weights on every rank
     cfg = GPTConfig(block_size=args.seq_len, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd)
     model = GPT(cfg).to(device)
-    if args.activation_checkpointing:
-        apply_activation_checkpointing(model)
     model, dp_size, dp_rank = wrap(model, args, world if distributed else 1, device)
     # The fused AdamW kernel (one pass per parameter; native on openreg and the
     # CPU alike). Plain tensor parallelism leaves some parameters as plain
@@ -247,6 +271,14 @@ def main(argv=None):
         start_step = load_checkpoint(args.checkpoint_dir, model, opt)
         if rank == 0:
             print(f"resumed from {args.checkpoint_dir} at step {start_step}", flush=True)
+        if start_step >= args.steps:
+            # Nothing to train: keep the finished run's summary and plot.
+            if rank == 0:
+                print(f"the checkpoint is at step {start_step}, at or past --steps {args.steps}: "
+                      "nothing to do (raise --steps to train further)", flush=True)
+            if distributed:
+                dist.destroy_process_group()
+            return
 
     data = load_corpus()
     autocast = (torch.autocast(args.device_type, dtype=torch.bfloat16)
@@ -307,6 +339,9 @@ def main(argv=None):
                    if steady_steps > 0 else 0.0,
                    "tokens_per_second": tokens / elapsed if elapsed else 0.0,
                    "peak_memory_bytes_per_device": peaks, "bf16": args.bf16,
+                   # rank 0's share of the parameters (tensor parallelism and
+                   # sharding shrink it)
+                   "local_parameter_elements": local_parameter_elements(model),
                    # rank 0's oreg_ccl worker time in collectives (overlaps compute)
                    "collective_seconds": collective_seconds() - comm0,
                    "hosts": host_layout(device) if distributed else "1 host"}

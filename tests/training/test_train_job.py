@@ -47,6 +47,16 @@ def test_strategy_matches_single_process_cpu(strategy, cpu_reference, tmp_path):
 
 
 @pytest.mark.timeout(600)
+def test_tensor_parallel_with_activation_checkpointing(cpu_reference, tmp_path):
+    # Checkpointing wraps the blocks; tensor parallelism must still find (and
+    # shard) their submodules: each rank holds part of the parameters.
+    summary = run_job(tmp_path, "--strategy", "tp", "--activation-checkpointing", nproc=4)
+    assert summary["local_parameter_elements"] < 0.6 * cpu_reference["local_parameter_elements"]
+    for step, (got, want) in enumerate(zip(summary["losses"], cpu_reference["losses"])):
+        assert got == pytest.approx(want, rel=2e-4, abs=2e-4), (step, got, want)
+
+
+@pytest.mark.timeout(600)
 def test_fsdp2_bf16_matches_to_bf16_tolerance(cpu_reference, tmp_path):
     summary = run_job(tmp_path, "--strategy", "fsdp2", "--bf16", nproc=4)
     for got, want in zip(summary["losses"], cpu_reference["losses"]):
