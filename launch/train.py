@@ -186,25 +186,47 @@ def clip_grad_norm(model, max_norm: float, strategy: str):
 
 # ---- checkpoints -----------------------------------------------------------
 
-def save_checkpoint(path, model, opt, step):
+# Each save goes to a directory of its own; LATEST names the newest complete
+# one and is replaced atomically after every rank has written its shards
+# (dcp.save returns on the coordinator only then), so a rank killed mid-save
+# leaves the previous checkpoint whole for torchrun's restart to resume from.
+LATEST = "latest.json"
+
+
+def save_checkpoint(root, model, opt, step):
+    import shutil
+
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
     msd, osd = get_state_dict(model, opt)
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        with open(os.path.join(path, "step.json"), "w") as f:
-            json.dump({"step": step}, f)
+    name = f"step_{step:08d}"
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(root, name))
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return
+    tmp = os.path.join(root, LATEST + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"step": step, "dir": name}, f)
+    os.replace(tmp, os.path.join(root, LATEST))
+    # Keep the previous one too; older ones go.
+    old = sorted(d for d in os.listdir(root) if d.startswith("step_") and d != name)
+    for d in old[:-1]:
+        shutil.rmtree(os.path.join(root, d), ignore_errors=True)
 
 
-def load_checkpoint(path, model, opt) -> int:
+def has_checkpoint(root) -> bool:
+    return bool(root) and os.path.exists(os.path.join(root, LATEST))
+
+
+def load_checkpoint(root, model, opt) -> int:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    with open(os.path.join(root, LATEST)) as f:
+        latest = json.load(f)
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=path)
+    dcp.load(state, checkpoint_id=os.path.join(root, latest["dir"]))
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    with open(os.path.join(path, "step.json")) as f:
-        return json.load(f)["step"]
+    return latest["step"]
 
 
 # ---- the job ---------------------------------------------------------------
@@ -267,7 +289,7 @@ def main(argv=None):
     local_batch = args.global_batch // dp_size
 
     start_step = 0
-    if args.resume and args.checkpoint_dir and os.path.exists(os.path.join(args.checkpoint_dir, "step.json")):
+    if args.resume and has_checkpoint(args.checkpoint_dir):
         start_step = load_checkpoint(args.checkpoint_dir, model, opt)
         if rank == 0:
             print(f"resumed from {args.checkpoint_dir} at step {start_step}", flush=True)
