@@ -35,6 +35,7 @@ void checkStream(const c10::Stream& stream) {
               "Expected an openreg stream, got a stream of device ", stream.device());
   TORCH_CHECK(stream.id() >= 0 && stream.id() < kStreamsPerDevice,
               "Invalid openreg stream id ", stream.id());
+  check_device_index(stream.device_index());  // a hand-built torch.Stream may name any index
 }
 
 }  // namespace

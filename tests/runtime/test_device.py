@@ -49,6 +49,11 @@ def test_invalid_device_names_valid_range():
     with pytest.raises(RuntimeError, match="invalid device ordinal: openreg:264 "):
         torch.openreg.get_device_properties(264)
     assert torch.openreg.current_device() == 0
+    # A hand-built stream names any index: refused, not written past the per-device table.
+    kind = torch.openreg.current_stream().device_type  # the int torch.Stream takes
+    stream = torch.Stream(stream_id=0, device_index=100, device_type=kind)
+    with pytest.raises(RuntimeError, match="invalid device ordinal: openreg:100 "):
+        torch.openreg.set_stream(stream)
 
 
 def test_properties_and_availability():
