@@ -109,7 +109,11 @@ std::optional<c10::Device> findDevice(const c10::OperatorHandle& op, const IValu
                                       size_t num_args) {
   std::optional<c10::Device> device;
   std::optional<c10::Device> host_tensor;
+  std::optional<c10::Device> host_output;  // even a 0-dim one: the op would write a copy
+  const auto& schema_args = op.schema().arguments();
   for (size_t i = 0; i < num_args; ++i) {
+    const auto* alias = i < schema_args.size() ? schema_args[i].alias_info() : nullptr;
+    const bool written = alias && alias->isWrite();
     forEachTensor(args[i], [&](const at::Tensor& t) {
       if (!t.defined()) return;
       if (isOpenReg(t)) {
@@ -117,12 +121,19 @@ std::optional<c10::Device> findDevice(const c10::OperatorHandle& op, const IValu
         TORCH_CHECK(*device == t.device(),
                     "Expected all tensors to be on the same device, but found at least two "
                     "devices, ", *device, " and ", t.device(), "! (in ", op.schema().name(), ")");
+      } else if (written && !t.is_meta()) {
+        host_output = t.device();
       } else if (t.dim() > 0 && !t.is_meta()) {
         host_tensor = t.device();
       }
     });
     if (args[i].isDevice() && args[i].toDevice().is_privateuseone() && !device)
       device = args[i].toDevice();
+  }
+  if (device && host_output) {
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
+                "devices, ", *device, " and ", *host_output, "! (an output of ",
+                op.schema().name(), ")");
   }
   if (device && host_tensor && !acceptsHostTensors(op.schema().operator_name())) {
     TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two "
@@ -162,7 +173,13 @@ class ArgumentConverter {
       // dropping the last reference to a Python-owned tensor takes the GIL,
       // which a host thread waiting for the stream may hold (deadlock). A
       // private copy has no Python object.
-      if (!to_meta_ && t.defined() && !t.is_meta()) return t.clone();
+      if (!to_meta_ && t.defined() && !t.is_meta()) {
+        at::Tensor copy = t.clone();
+        // A Python number's tensor ranks below tensors in type promotion.
+        if (t.unsafeGetTensorImpl()->is_wrapped_number())
+          copy.unsafeGetTensorImpl()->set_wrapped_number(true);
+        return copy;
+      }
       return t;
     }
     if (!to_meta_) return kernelViewSharing(t);
@@ -327,7 +344,12 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
   op.redispatchBoxed(kCPUKeys, &cpu_stack);
   syncInputMetadata(call.originals, call.converted);
   for (auto& [dev, host] : out_args) {
-    dev.resize_(host.sizes());
+    // A resize that grows the storage queues a copy of the old contents into
+    // the new block; it must land before the host writes the result there.
+    if (dev.sizes() != host.sizes()) {
+      dev.resize_(host.sizes());
+      synchronizeStream(getCurrentStream(device.index()));
+    }
     kernelView(dev).copy_(host);
   }
 

@@ -1,5 +1,7 @@
 #include "InferenceCache.h"
 
+#include <c10/core/DefaultDtype.h>
+
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -36,7 +38,7 @@ struct KeyBuilder {
       return true;
     }
     if (t.layout() != c10::kStrided) return false;
-    key.push_back(isOpenReg(t) ? 'T' : 'C');
+    key.push_back(isOpenReg(t) ? 'T' : (t.unsafeGetTensorImpl()->is_wrapped_number() ? 'W' : 'C'));
     put(key, t.scalar_type());
     put(key, t.device().index());
     putInts(key, t.sizes());
@@ -112,6 +114,7 @@ std::optional<std::string> inferenceKey(const c10::OperatorHandle& op, const c10
   builder.key.reserve(256);
   const auto* schema = &op.schema();
   put(builder.key, schema);  // schemas live as long as their operator registration
+  put(builder.key, c10::typeMetaToScalarType(c10::get_default_dtype()));  // factories' dtype
   for (size_t i = 0; i < num_args; ++i)
     if (!builder.value(args[i])) return std::nullopt;
   return std::move(builder.key);

@@ -30,6 +30,15 @@ at::Tensor hostTensorAt(void* data, size_t nbytes, const at::Tensor& like) {
 }
 
 at::Tensor kernelView(const at::Tensor& t) {
+  if (!isOpenReg(t) && t.defined() && !t.unsafeGetTensorImpl()->is_wrapped_number()) {
+    // A host tensor (a CPU scalar next to device tensors): the kernel runs
+    // later, so it gets the value as of the launch, as CUDA passes CPU scalars
+    // by value, in a copy it owns (the caller may change or free its tensor;
+    // and dropping a Python-owned tensor on a worker would need the GIL).
+    // A Python number's tensor is a private temporary already.
+    return t.clone();
+  }
+  if (!isOpenReg(t)) return t;
   const c10::Storage& storage = t.storage();
   return hostTensorAt(orKernelPtr(storage.data()), storage.nbytes(), t);
 }

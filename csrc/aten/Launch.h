@@ -22,8 +22,10 @@ at::Tensor tensorOver(c10::Storage storage, const at::Tensor& like, c10::Dispatc
 // A CPU tensor with `like`'s metadata over `nbytes` at `data` (not owned).
 at::Tensor hostTensorAt(void* data, size_t nbytes, const at::Tensor& like);
 
-// A CPU tensor aliasing `t`'s memory. Only valid inside a kernel (or after a
-// synchronisation): device memory is not ordered with the host otherwise.
+// For an openreg tensor: a CPU tensor aliasing its memory, only valid inside a
+// kernel (or after a synchronisation): device memory is not ordered with the
+// host otherwise. For a host tensor (a CPU scalar operand): its value now, in
+// a copy the kernel owns.
 at::Tensor kernelView(const at::Tensor& t);
 std::vector<at::Tensor> kernelViews(at::TensorList tensors);
 
@@ -47,8 +49,7 @@ inline bool isOpenReg(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
-// What a kernel holds for a tensor argument: a kernel view of an openreg
-// tensor (at its current address, owning nothing); any other tensor as is.
-inline at::Tensor kernelArg(const at::Tensor& t) { return isOpenReg(t) ? kernelView(t) : t; }
+// What a kernel holds for a tensor argument (see kernelView).
+inline at::Tensor kernelArg(const at::Tensor& t) { return kernelView(t); }
 
 }  // namespace openreg

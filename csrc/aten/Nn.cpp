@@ -170,7 +170,8 @@ Tensor where(const Tensor& condition, const Tensor& self, const Tensor& other) {
               condition.scalar_type());
   auto shape = at::infer_size_dimvector(at::infer_size_dimvector(condition.sizes(), self.sizes()),
                                         other.sizes());
-  Tensor out = at::empty(shape, self.options().dtype(at::result_type(self, other)));
+  // On the op's device: `self` may be a CPU scalar (torch.where(c, 9.0, x)).
+  Tensor out = at::empty(shape, self.options().dtype(at::result_type(self, other)).device(device));
   launchIntoOutputs(
       std::array<Tensor, 1>{out},
       [](const Tensor& c, const Tensor& s, const Tensor& o) {

@@ -76,6 +76,7 @@ at::Tensor& set_source_tensor_(at::Tensor& self, const at::Tensor& source) {
 }
 
 at::Tensor& set_empty_(at::Tensor& self) {
+  c10::DeviceGuard guard(self.device());  // the empty storage belongs to self's device
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, getCachingAllocator(), true);
   return set_storage_(self, std::move(storage), 0, {c10::SymInt(0)}, {});
 }

@@ -113,7 +113,8 @@ ReduceSpec reduceSpec(const c10d::ReduceOp& op, const at::Tensor& reduced, const
   return s;
 }
 
-at::Tensor forWorker(const at::Tensor& t) { return kernelArg(t); }
+// CPU tensors as they are: the collective writes them (kernelView would copy them).
+at::Tensor forWorker(const at::Tensor& t) { return isOpenReg(t) ? kernelView(t) : t; }
 
 std::vector<at::Tensor> forWorker(const std::vector<at::Tensor>& ts) {
   std::vector<at::Tensor> out;

@@ -92,3 +92,59 @@ def test_op_runs_on_its_inputs_device():
     assert y.device == torch.device("openreg:1")
     assert torch.openreg.current_device() == 0
     torch.testing.assert_close(y.cpu(), (x.cpu() + 1).sin())
+
+
+def test_cpu_scalar_is_read_at_launch_not_when_the_kernel_runs():
+    # CUDA passes a CPU scalar's value at launch: changing (or freeing) the
+    # tensor afterwards must not change a result still queued.
+    x = torch.arange(4.0, device="openreg")
+    s = torch.tensor(2.0)
+    torch.openreg._sleep(150)
+    y = x * s
+    w = torch.where(x > 1, x, s)
+    s.fill_(100.0)
+    assert y.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert w.cpu().tolist() == [2.0, 2.0, 2.0, 3.0]
+
+
+def test_where_with_a_cpu_scalar_self_lands_on_the_device():
+    x = torch.tensor([1.0, 2.0, 3.0], device="openreg")
+    torch.openreg._sleep(100)
+    out = torch.where(x != 2, torch.tensor(9.0), x)
+    assert out.device.type == "openreg"
+    assert out.cpu().tolist() == [9.0, 2.0, 9.0]
+
+
+def test_python_number_operands_keep_their_lower_promotion_rank():
+    # Through the generic fallback too: the private copy of a Python number
+    # stays a "wrapped number", so int tensor (op) float number -> float32.
+    x = torch.arange(-30, 30, dtype=torch.int32)
+    for op in (lambda t: torch.floor_divide(t, 2.5), lambda t: torch.fmod(t, 2.7),
+               lambda t: torch.remainder(t, 2.7), lambda t: torch.xlogy(t, 2.7)):
+        for _ in range(2):  # the second call takes the cached metadata
+            got, want = op(x.to("openreg")), op(x)
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+
+
+def test_out_argument_that_grows_gets_the_whole_result():
+    # The growing resize queues a copy of the old contents into the new block;
+    # the result must land after it, not under it.
+    x = torch.ones(4000)
+    for _ in range(10):
+        out = torch.full((1000, 1), -1, dtype=torch.long, device="openreg")
+        torch.nonzero(x.to("openreg"), out=out)
+        assert torch.equal(out.cpu(), torch.nonzero(x))
+
+
+def test_cpu_output_of_a_device_op_raises():
+    x = torch.arange(4.0, device="openreg")
+    out = torch.tensor(0.0)
+    with pytest.raises(RuntimeError, match=SAME_DEVICE):
+        torch.sum(x, 0, out=out)
+
+
+def test_set_on_another_device_than_the_current_one():
+    x = torch.ones(3, device="openreg:1")
+    x.set_()
+    assert x.device == torch.device("openreg:1") and x.numel() == 0
