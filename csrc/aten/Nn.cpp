@@ -3,6 +3,7 @@
 // embedding backward, index_select and where. Output shapes are computed on
 // the host (ATen's structured meta where one exists, else the documented
 // shape rule); the CPU implementation runs on the stream.
+#include <ATen/native/cpu/mixed_data_type.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/layer_norm.h>
@@ -46,9 +47,12 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor& input,
   at::native::_check_layer_norm_inputs(input, normalized_shape, weight.value_or(Tensor()),
                                        bias.value_or(Tensor()));
   const int64_t axis = input.dim() - static_cast<int64_t>(normalized_shape.size());
-  // Statistics are kept in float for reduced-precision input with float params.
-  const bool mixed = at::isReducedFloatingType(input.scalar_type()) && weight.has_value() &&
-                     weight->defined() && weight->scalar_type() == at::kFloat;
+  // Statistics are kept in float for reduced-precision input with float
+  // params (weight or bias); other mixes raise here, as the CPU kernel would.
+  const Tensor& w = weight.has_value() ? *weight : Tensor();
+  const Tensor& b = bias.has_value() ? *bias : Tensor();
+  const bool mixed = at::native::is_mixed_type(input, w, b);
+  if (mixed) at::native::check_mixed_data_type(input, w, b);
   std::vector<int64_t> stat_shape(input.sizes().begin(), input.sizes().begin() + axis);
   stat_shape.resize(input.dim(), 1);
   auto stat_options = input.options().dtype(mixed ? at::kFloat : input.scalar_type());

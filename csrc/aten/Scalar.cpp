@@ -1,6 +1,7 @@
 // fill_ (asynchronous, on the current stream), item() (synchronises the
 // current stream, like CUDA), and record_stream (caching allocator hook that
 // FSDP1 and users call to keep memory alive for another stream).
+#include <ATen/Dispatch_v2.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/fill.h>
 
@@ -12,6 +13,11 @@
 namespace openreg::kernels {
 
 at::Tensor& fill_scalar_(at::Tensor& self, const c10::Scalar& value) {
+  // The value converts on the host, so an overflow raises here (as on CUDA),
+  // not in the kernel.
+  AT_DISPATCH_V2(self.scalar_type(), "fill_", AT_WRAP([&] { (void)value.to<scalar_t>(); }),
+                 AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kBool, at::kHalf, at::kBFloat16,
+                 AT_EXPAND(AT_FLOAT8_TYPES), AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
   if (self.numel() == 0) return self;
   at::Tensor view = kernelView(self);
   launchOnCurrentStream(self, [view, value]() mutable { view.fill_(value); }, {}, {self});

@@ -190,3 +190,26 @@ def test_optimizer_ops_all_variants():
             ref = [p.detach().clone() for p in ps]
         else:
             torch.testing.assert_close([p.detach().cpu() for p in ps], ref)
+
+
+def test_fill_value_that_overflows_raises_at_the_call():
+    # Converted on the host, as CUDA does: the stream stays usable.
+    x = torch.zeros(3, dtype=torch.uint8, device="openreg")
+    with pytest.raises(RuntimeError, match="cannot be converted to type uint8_t without overflow"):
+        x.fill_(300)
+    x.fill_(7)
+    assert x.cpu().tolist() == [7, 7, 7]
+
+
+def test_layer_norm_statistics_dtype_with_a_float_bias_only():
+    # bf16 input, no weight, float32 bias: mixed, so the statistics are float32 (as on CPU).
+    x = torch.randn(4, 8).bfloat16()
+    bias = torch.randn(8)
+    want = torch.native_layer_norm(x, [8], None, bias, 1e-5)
+    got = torch.native_layer_norm(x.to("openreg"), [8], None, bias.to("openreg"), 1e-5)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g.cpu(), w)
+    with pytest.raises(RuntimeError, match="mixed dtype"):  # a bf16 bias beside a float weight
+        torch.native_layer_norm(x.to("openreg"), [8], torch.ones(8, device="openreg"),
+                                bias.bfloat16().to("openreg"), 1e-5)
