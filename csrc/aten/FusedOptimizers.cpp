@@ -24,8 +24,14 @@ void fused_adamw_(TensorList params, TensorList grads, TensorList exp_avgs,
                   state_steps.size() == n && (!amsgrad || max_exp_avg_sqs.size() == n),
               "_fused_adamw_: all tensor lists must have the same length");
   if (n == 0) return;
-  opDevice("_fused_adamw_", params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps,
-           grad_scale, found_inf);
+  c10::Device device = opDevice("_fused_adamw_", params, grads, exp_avgs, exp_avg_sqs,
+                                max_exp_avg_sqs, state_steps, grad_scale, found_inf);
+  // The kernel increments the steps: 0-dim CPU steps (which opDevice lets
+  // through as scalars) would only reach it as copies.
+  for (const Tensor& step : state_steps)
+    TORCH_CHECK(step.device() == device,
+                "Expected all tensors to be on the same device, but found at least two devices, ",
+                device, " and ", step.device(), "! (state_steps of _fused_adamw_)");
   for (size_t i = 0; i < n; ++i) {
     for (TensorList list : {grads, exp_avgs, exp_avg_sqs}) {
       TORCH_CHECK(list[i].sizes() == params[i].sizes() &&
