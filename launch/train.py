@@ -203,14 +203,18 @@ def save_checkpoint(root, model, opt, step):
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(root, name))
     if dist.is_initialized() and dist.get_rank() != 0:
         return
+    previous = None
+    if has_checkpoint(root):
+        with open(os.path.join(root, LATEST)) as f:
+            previous = json.load(f)["dir"]
     tmp = os.path.join(root, LATEST + ".tmp")
     with open(tmp, "w") as f:
         json.dump({"step": step, "dir": name}, f)
     os.replace(tmp, os.path.join(root, LATEST))
-    # Keep the previous one too; older ones go.
-    old = sorted(d for d in os.listdir(root) if d.startswith("step_") and d != name)
-    for d in old[:-1]:
-        shutil.rmtree(os.path.join(root, d), ignore_errors=True)
+    # Keep the previous complete one too; older ones (and a crashed save's) go.
+    for d in os.listdir(root):
+        if d.startswith("step_") and d not in (name, previous):
+            shutil.rmtree(os.path.join(root, d), ignore_errors=True)
 
 
 def has_checkpoint(root) -> bool:

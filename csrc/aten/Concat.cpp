@@ -113,6 +113,7 @@ Tensor _chunk_cat(at::TensorList tensors, int64_t dim, int64_t num_chunks) {
 
 Tensor& _chunk_cat_out(at::TensorList tensors, int64_t dim, int64_t num_chunks, Tensor& out) {
   c10::DeviceGuard guard(opDevice("_chunk_cat", out, tensors));
+  checkWrittenOnDevice(out, "_chunk_cat");
   int64_t wrapped = at::native::preprocess_chunk_cat_inputs(tensors, dim, num_chunks);
   // cat_out's checks on its output, which the composite ends in.
   TORCH_CHECK(out.scalar_type() == tensors[0].scalar_type() || at::canCast(tensors[0].scalar_type(), out.scalar_type()),

@@ -26,12 +26,13 @@ void fused_adamw_(TensorList params, TensorList grads, TensorList exp_avgs,
   if (n == 0) return;
   c10::Device device = opDevice("_fused_adamw_", params, grads, exp_avgs, exp_avg_sqs,
                                 max_exp_avg_sqs, state_steps, grad_scale, found_inf);
-  // The kernel increments the steps: 0-dim CPU steps (which opDevice lets
-  // through as scalars) would only reach it as copies.
-  for (const Tensor& step : state_steps)
-    TORCH_CHECK(step.device() == device,
-                "Expected all tensors to be on the same device, but found at least two devices, ",
-                device, " and ", step.device(), "! (state_steps of _fused_adamw_)");
+  // Every list on the device, as CUDA's fused kernel requires: opDevice lets
+  // 0-dim CPU tensors through as scalars, and the kernel writes most lists.
+  for (TensorList list : {params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps})
+    for (const Tensor& t : list)
+      TORCH_CHECK(t.device() == device,
+                  "Expected all tensors to be on the same device, but found at least two "
+                  "devices, ", device, " and ", t.device(), "! (in _fused_adamw_)");
   for (size_t i = 0; i < n; ++i) {
     for (TensorList list : {grads, exp_avgs, exp_avg_sqs}) {
       TORCH_CHECK(list[i].sizes() == params[i].sizes() &&

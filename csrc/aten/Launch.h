@@ -49,6 +49,14 @@ inline bool isOpenReg(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
+// A tensor a kernel writes must be device memory: a host tensor (even a 0-dim
+// one, which passes as a scalar operand) would reach the kernel as a copy.
+inline void checkWrittenOnDevice(const at::Tensor& t, const char* op) {
+  TORCH_CHECK(!t.defined() || isOpenReg(t),
+              "Expected all tensors to be on the same device, but found at least two devices, "
+              "openreg and ", t.device(), "! (a tensor ", op, " writes)");
+}
+
 // What a kernel holds for a tensor argument (see kernelView).
 inline at::Tensor kernelArg(const at::Tensor& t) { return kernelView(t); }
 

@@ -17,6 +17,7 @@ at::Tensor& fill_scalar_(at::Tensor& self, const c10::Scalar& value) {
   // not in the kernel.
   AT_DISPATCH_V2(self.scalar_type(), "fill_", AT_WRAP([&] { (void)value.to<scalar_t>(); }),
                  AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kBool, at::kHalf, at::kBFloat16,
+                 at::kComplexHalf,
                  AT_EXPAND(AT_FLOAT8_TYPES), AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
   if (self.numel() == 0) return self;
   at::Tensor view = kernelView(self);

@@ -180,6 +180,7 @@ at::Tensor structured(const char* name, Compute compute, const Args&... args) {
 template <class Meta, class Compute, class... Args>
 auto structuredBody(OutputMode mode, Compute compute, at::Tensor& out,
                     std::vector<at::Tensor>& reads, const Args&... args) {
+  checkWrittenOnDevice(out, "the op");
   OpenRegStructured<Meta, 1> op;
   op.mode = mode;
   op.outputs[0] = out;

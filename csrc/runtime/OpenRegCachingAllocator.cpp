@@ -314,6 +314,8 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
     if (!ptr.get()) return;
     auto* block = static_cast<Block*>(ptr.get_context());
     if (!block || ptr.get_deleter() != &deleteBlock) return;
+    // Validated now: the free that uses it runs in a deleter, which must not throw.
+    (void)rawStream(stream);
     cache(block->device).recordStream(block->ptr, stream);
   }
 

@@ -148,3 +148,12 @@ def test_set_on_another_device_than_the_current_one():
     x = torch.ones(3, device="openreg:1")
     x.set_()
     assert x.device == torch.device("openreg:1") and x.numel() == 0
+
+
+def test_cpu_scalar_output_of_a_native_kernel_raises():
+    # A 0-dim CPU tensor passes as a scalar operand, but not as what a kernel writes.
+    a, b = torch.ones(2, device="openreg"), torch.ones(2, device="openreg")
+    with pytest.raises(RuntimeError, match=SAME_DEVICE):
+        torch.cat([a, b], out=torch.tensor(0.0))
+    with pytest.raises(RuntimeError, match=SAME_DEVICE):
+        torch.tensor(1.0).add_(torch.ones((), device="openreg"))

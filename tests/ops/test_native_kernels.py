@@ -199,6 +199,9 @@ def test_fill_value_that_overflows_raises_at_the_call():
         x.fill_(300)
     x.fill_(7)
     assert x.cpu().tolist() == [7, 7, 7]
+    # Every dtype the CPU fills, complex32 included.
+    z = torch.zeros(2, dtype=torch.complex32, device="openreg")
+    assert z.cpu().view(torch.float16).tolist() == [0.0] * 4
 
 
 def test_layer_norm_statistics_dtype_with_a_float_bias_only():

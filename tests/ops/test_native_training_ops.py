@@ -301,11 +301,16 @@ def test_fused_adamw_is_asynchronous_and_checks_on_the_host():
                             beta2=0.99, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
 
 
-def test_fused_adamw_refuses_host_step_counters():
-    # The kernel increments the steps; a 0-dim CPU step would be a copy.
-    p = torch.ones(3, device="openreg")
-    zeros = [torch.zeros(3, device="openreg") for _ in range(2)]
-    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
-        torch._fused_adamw_([p], [torch.ones(3, device="openreg")], [zeros[0]], [zeros[1]], [],
-                            [torch.tensor(0.0)], lr=0.1, beta1=0.9, beta2=0.99, weight_decay=0.0,
-                            eps=1e-8, amsgrad=False, maximize=False)
+def test_fused_adamw_refuses_host_tensors_in_its_lists():
+    # As CUDA's fused kernel: every list on the device (0-dim CPU tensors pass
+    # other ops as scalars, but the kernel writes params and moments).
+    def call(param, step):
+        torch._fused_adamw_([param], [torch.ones_like(param, device="openreg")],
+                            [torch.zeros_like(param, device="openreg")],
+                            [torch.zeros_like(param, device="openreg")], [], [step], lr=0.1,
+                            beta1=0.9, beta2=0.99, weight_decay=0.0, eps=1e-8, amsgrad=False,
+                            maximize=False)
+    for param, step in [(torch.ones(3, device="openreg"), torch.tensor(1.0)),
+                        (torch.tensor(1.0), torch.tensor(1.0, device="openreg"))]:
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            call(param, step)

@@ -136,6 +136,15 @@ def test_record_stream_of_another_device_delays_reuse():
     assert torch.equal(y.cpu(), torch.ones(1 << 16))
 
 
+def test_record_stream_checks_the_stream_when_recorded():
+    # Not at the free, which runs in a deleter and must not throw.
+    x = torch.ones(4, device="openreg")
+    kind = torch.openreg.current_stream().device_type
+    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+        x.record_stream(torch.Stream(stream_id=0, device_index=11, device_type=kind))
+    del x
+
+
 def test_failed_resize_restores_the_current_device(python):
     r = python("""
         import torch
