@@ -203,10 +203,7 @@ def save_checkpoint(root, model, opt, step):
     dcp.save({"model": msd, "optim": osd}, checkpoint_id=os.path.join(root, name))
     if dist.is_initialized() and dist.get_rank() != 0:
         return
-    previous = None
-    if has_checkpoint(root):
-        with open(os.path.join(root, LATEST)) as f:
-            previous = json.load(f)["dir"]
+    previous = (read_latest(root) or {}).get("dir")
     tmp = os.path.join(root, LATEST + ".tmp")
     with open(tmp, "w") as f:
         json.dump({"step": step, "dir": name}, f)
@@ -217,15 +214,19 @@ def save_checkpoint(root, model, opt, step):
             shutil.rmtree(os.path.join(root, d), ignore_errors=True)
 
 
-def has_checkpoint(root) -> bool:
-    return bool(root) and os.path.exists(os.path.join(root, LATEST))
+def read_latest(root):
+    """What LATEST says ({"step", "dir"}), or None without a checkpoint."""
+    path = os.path.join(root, LATEST) if root else None
+    if not path or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
 
 
 def load_checkpoint(root, model, opt) -> int:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-    with open(os.path.join(root, LATEST)) as f:
-        latest = json.load(f)
+    latest = read_latest(root)
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=os.path.join(root, latest["dir"]))
@@ -293,7 +294,7 @@ def main(argv=None):
     local_batch = args.global_batch // dp_size
 
     start_step = 0
-    if args.resume and has_checkpoint(args.checkpoint_dir):
+    if args.resume and read_latest(args.checkpoint_dir):
         start_step = load_checkpoint(args.checkpoint_dir, model, opt)
         if rank == 0:
             print(f"resumed from {args.checkpoint_dir} at step {start_step}", flush=True)

@@ -168,18 +168,10 @@ class ArgumentConverter {
 
   at::Tensor convertTensor(const at::Tensor& t) {
     if (!isOpenReg(t)) {
-      // A host tensor (0-dim scalar, CPU indices) captured by a kernel must
-      // not be one Python owns: the worker drops the kernel's references, and
-      // dropping the last reference to a Python-owned tensor takes the GIL,
-      // which a host thread waiting for the stream may hold (deadlock). A
-      // private copy has no Python object.
-      if (!to_meta_ && t.defined() && !t.is_meta()) {
-        at::Tensor copy = t.clone();
-        // A Python number's tensor ranks below tensors in type promotion.
-        if (t.unsafeGetTensorImpl()->is_wrapped_number())
-          copy.unsafeGetTensorImpl()->set_wrapped_number(true);
-        return copy;
-      }
+      // A host tensor (0-dim scalar, CPU indices): kernelView's owned copy,
+      // taken now (a kernel must not hold one Python owns: dropping it on the
+      // worker takes the GIL, which a host thread waiting for the stream may hold).
+      if (!to_meta_ && t.defined() && !t.is_meta()) return kernelView(t);
       return t;
     }
     if (!to_meta_) return kernelViewSharing(t);

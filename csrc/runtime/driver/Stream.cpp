@@ -139,17 +139,21 @@ orError orStreamCreate(int device, int priority, orStream* stream) {
   return orSuccess;
 }
 
+namespace {
+std::vector<orStream> streamsOf(int device) {
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  std::vector<orStream> streams;
+  for (auto* s : g_streams)
+    if (s->device == device) streams.push_back(s);
+  return streams;
+}
+}  // namespace
+
 orError orDeviceSynchronize(int device) {
   OR_RETURN_IF_FORKED();
   if (device < 0 || device >= orDeviceCount()) return orErrorInvalidDevice;
-  std::vector<orStream> streams;
-  {
-    std::lock_guard<std::mutex> lock(g_registry_mutex);
-    for (auto* s : g_streams)
-      if (s->device == device) streams.push_back(s);
-  }
   orError result = orSuccess;
-  for (auto* s : streams) {
+  for (auto* s : streamsOf(device)) {
     orError e = orStreamSynchronize(s);
     if (e != orSuccess && result == orSuccess) result = e;
   }
@@ -157,13 +161,9 @@ orError orDeviceSynchronize(int device) {
 }
 
 std::string orDeviceLastError(int device) {
-  std::vector<orStream> streams;
-  {
-    std::lock_guard<std::mutex> lock(g_registry_mutex);
-    for (auto* s : g_streams)
-      if (s->device == device && s->failed.load()) streams.push_back(s);
-  }
-  return streams.empty() ? std::string() : orStreamLastError(streams.front());
+  for (auto* s : streamsOf(device))
+    if (s->failed.load()) return orStreamLastError(s);
+  return {};
 }
 
 int orStreamDevice(orStream stream) { return stream->device; }
