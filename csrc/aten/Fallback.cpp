@@ -41,6 +41,7 @@
 #include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegGenerator.h"
 #include "../runtime/OpenRegStream.h"
+#include "DispatchProbe.h"
 #include "FallbackStats.h"
 #include "InferenceCache.h"
 #include "Kernels.h"
@@ -465,12 +466,71 @@ void probeRandomFillArguments(const c10::OperatorHandle& op, const IValue* args,
   op.redispatchBoxed(kCPUKeys, &probe);
 }
 
+// The dtype check of the op's CPU kernel, on the host (DispatchProbe.h), keyed
+// by the op and its arguments' dtype signature. Not probed: random ops (the
+// probe would draw numbers), ops without tensor arguments, and ops with a
+// large integer argument (a size: the probe would allocate what it says).
+struct FallbackSite {};
+void checkDispatch(const c10::OperatorHandle& op, const IValue* args, size_t num_args) {
+  constexpr int64_t kLargestProbedInt = 4096;
+  const auto& schema = op.schema();
+  if (op.hasTag(at::Tag::nondeterministic_seeded)) return;
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(&op.operator_name()));
+  bool has_tensor = false;
+  auto small = [&](int64_t v) { return v >= -kLargestProbedInt && v <= kLargestProbedInt; };
+  for (size_t i = 0; i < num_args; ++i) {
+    const IValue& a = args[i];
+    if (ArgumentConverter::isGeneratorArg(schema.arguments()[i])) return;
+    if (a.isInt()) {
+      if (!small(a.toInt())) return;
+      key += 'i' + std::to_string(a.toInt());  // dims and dtypes select kernels
+    } else if (a.isIntList()) {
+      for (int64_t v : a.toIntList()) {
+        if (!small(v)) return;
+        key += std::to_string(v) + ' ';
+      }
+    } else if (a.isDouble() || a.isBool() || a.isComplexDouble()) {
+      dispatch_probe::appendKey(key, a.toScalar());
+    } else if (a.isNone()) {
+      key.push_back('N');
+    } else if (a.isString()) {
+      key += a.toStringRef();  // a mode: rounding_mode="floor" has its own kernel
+    }
+    bool has_empty = false;
+    forEachTensor(a, [&](const at::Tensor& t) {
+      has_tensor = true;
+      has_empty = has_empty || (t.defined() && t.numel() == 0);
+      dispatch_probe::appendKey(key, t);
+    });
+    if (has_empty) return;  // CPU kernels return before their dispatch
+    key.push_back(',');
+  }
+  if (!has_tensor) return;
+  dispatch_probe::check<FallbackSite>(key, [&] {
+    torch::jit::Stack probe;
+    for (size_t i = 0; i < num_args; ++i) {
+      if (args[i].isDevice()) {
+        probe.emplace_back(c10::Device(c10::kCPU));
+      } else if (schema.arguments()[i].is_out()) {
+        probe.push_back(mapTensors(args[i], dispatch_probe::probeOutput));
+      } else {
+        probe.push_back(mapTensors(args[i], [](const at::Tensor& t) {
+          return t.defined() ? dispatch_probe::probeTensor(t) : t;
+        }));
+      }
+    }
+    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+    op.redispatchBoxed(kCPUKeys, &probe);
+  });
+}
+
 // Returns false (stack untouched) if the op cannot be inferred on Meta.
 // Queues the op's CPU kernel over kernel views; fresh results are copied into
 // `fresh` (slots[k]: fresh index of the k-th returned tensor, or -1).
 void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t num_args,
                      c10::Device device, const std::vector<at::Tensor>& originals,
                      const std::vector<at::Tensor>& fresh, std::vector<int> slots) {
+  checkDispatch(op, args, num_args);
   ArgumentConverter cpu(device.index(), /*to_meta=*/false);
   PreparedCall cpu_call = prepare(op.schema(), args, num_args, cpu);
   std::vector<at::Tensor> fresh_views;

@@ -59,6 +59,14 @@ std::tuple<Tensor, Tensor, Tensor> native_layer_norm(const Tensor& input,
   std::array<Tensor, 3> outputs{at::empty(input.sizes(), input.options()),
                                 at::empty(stat_shape, stat_options),
                                 at::empty(stat_shape, stat_options)};
+  // The dispatch probe's input has other sizes: its normalized shape is its own.
+  checkDispatch(
+      outputs,
+      [](std::array<Tensor, 3>&, const Tensor& x, at::IntArrayRef shape,
+         const std::optional<Tensor>& w, const std::optional<Tensor>& b, double e) {
+        at::cpu::native_layer_norm(x, x.sizes().slice(x.dim() - shape.size()), w, b, e);
+      },
+      input, normalized_shape, weight, bias, eps);
   launchIntoOutputs(
       outputs,
       [](const Tensor& x, at::IntArrayRef shape, const std::optional<Tensor>& w,
@@ -100,6 +108,11 @@ std::tuple<Tensor, Tensor> nll_loss_forward(const Tensor& self, const Tensor& ta
   c10::DeviceGuard guard(device);
   OpenRegStructured<at::meta::structured_nll_loss_forward, 2> op;
   op.meta(self, target, at::OptionalTensorRef(weight.value_or(Tensor())), reduction, ignore_index);
+  checkDispatch(
+      op.outputs,
+      [](std::array<Tensor, 2>& o, const Tensor& s, const Tensor& t, const std::optional<Tensor>& w,
+         int64_t r, int64_t i) { at::cpu::nll_loss_forward_out(o[0], o[1], s, t, w, r, i); },
+      self, target, weight, reduction, ignore_index);
   std::array<Tensor, 2> views{kernelView(op.outputs[0]), kernelView(op.outputs[1])};
   launchOnCurrentStream(
       op.outputs[0],
@@ -119,6 +132,13 @@ Tensor nll_loss_backward(const Tensor& grad_output, const Tensor& self, const Te
   OpenRegStructured<at::meta::structured_nll_loss_backward, 1> op;
   op.meta(grad_output, self, target, at::OptionalTensorRef(weight.value_or(Tensor())), reduction,
           ignore_index, total_weight);
+  checkDispatch(
+      op.outputs,
+      [](std::array<Tensor, 1>& o, const Tensor& g, const Tensor& s, const Tensor& t,
+         const std::optional<Tensor>& w, int64_t r, int64_t i, const Tensor& tw) {
+        at::cpu::nll_loss_backward_out(o[0], g, s, t, w, r, i, tw);
+      },
+      grad_output, self, target, weight, reduction, ignore_index, total_weight);
   launchOnCurrentStream(
       op.outputs[0],
       [out = kernelView(op.outputs[0]), g = kernelView(grad_output), s = kernelView(self),
@@ -157,6 +177,12 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
   if (self.dim() > 0) shape[dim] = index.numel();
   Tensor out = at::empty(shape, self.options());
   if (out.numel() == 0) return out;
+  checkDispatch(
+      std::array<Tensor, 1>{out},
+      [](std::array<Tensor, 1>& o, const Tensor& s, int64_t d, const Tensor& i) {
+        at::cpu::index_select_out(o[0], s, d, i);
+      },
+      self, dim, index);
   launchOnCurrentStream(
       out,
       [o = kernelView(out), s = kernelView(self), dim, i = kernelView(index)]() mutable {

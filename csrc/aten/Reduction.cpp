@@ -63,6 +63,9 @@ Tensor max(const Tensor& self) {
               "reduction dim with the 'dim' argument.");
   probeDtype(self, [](const Tensor& t) { at::cpu::max(t); });
   Tensor out = allocateOutput({}, {}, self.options());
+  checkDispatch(
+      std::array<Tensor, 1>{out},
+      [](std::array<Tensor, 1>& o, const Tensor& s) { at::cpu::max_out(o[0], s); }, self);
   launchOnCurrentStream(
       out, [o = kernelView(out), s = kernelView(self)]() mutable { at::cpu::max_out(o, s); },
       {self}, {out});

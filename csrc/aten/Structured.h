@@ -22,6 +22,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "DispatchProbe.h"
 #include "Launch.h"
 
 namespace openreg {
@@ -104,6 +105,46 @@ const T& fromKernelArg(const T& value) {
   return value;
 }
 
+// The same argument types over the dispatch probe's tensors (DispatchProbe.h).
+inline at::Tensor toProbeArg(const at::Tensor& t) {
+  return t.defined() ? dispatch_probe::probeTensor(t) : t;
+}
+inline std::optional<at::Tensor> toProbeArg(const std::optional<at::Tensor>& t) {
+  if (!t.has_value()) return std::nullopt;
+  return toProbeArg(*t);
+}
+inline std::optional<at::Tensor> toProbeArg(at::OptionalTensorRef t) {
+  if (!t.has_value()) return std::nullopt;
+  return toProbeArg(*t);
+}
+inline std::vector<at::Tensor> toProbeArg(const at::ITensorListRef& ts) {
+  std::vector<at::Tensor> probes;
+  for (const at::Tensor& t : ts) probes.push_back(toProbeArg(t));
+  return probes;
+}
+template <class T>
+auto toProbeArg(const T& value) {
+  return toKernelArg(value);
+}
+
+// Raises NotImplementedError on the host if the kernel body rejects the
+// dtypes of `outputs` and `args` (DispatchProbe.h): body(outputs, args...) is
+// called once per dtype signature over probe tensors. The body's lambda type
+// names the launch site.
+template <size_t N, class Body, class... Args>
+void checkDispatch(const std::array<at::Tensor, N>& outputs, Body body, const Args&... args) {
+  std::string key;
+  for (const at::Tensor& o : outputs) dispatch_probe::appendKey(key, o);
+  (dispatch_probe::appendKey(key, args), ...);
+  if (key.find(dispatch_probe::kEmpty) != std::string::npos) return;
+  dispatch_probe::check<Body>(key, [&] {
+    std::array<at::Tensor, N> probe_outputs;
+    for (size_t i = 0; i < N; ++i) probe_outputs[i] = dispatch_probe::probeOutput(outputs[i]);
+    auto probes = std::make_tuple(toProbeArg(args)...);
+    std::apply([&](auto&... a) { body(probe_outputs, fromKernelArg(a)...); }, probes);
+  });
+}
+
 // Calls f(tensor) for every defined tensor an op argument holds (a tensor, an
 // optional tensor or a tensor list); other arguments hold none.
 template <class T, class F>
@@ -152,6 +193,7 @@ std::array<at::Tensor, kOutputs> structuredN(const char* name, Compute compute, 
   c10::DeviceGuard guard(device);
   OpenRegStructured<Meta, kOutputs> op;
   op.meta(args...);
+  checkDispatch(op.outputs, compute, args...);
   std::array<at::Tensor, kOutputs> views;
   for (size_t i = 0; i < kOutputs; ++i) views[i] = toKernelArg(op.outputs[i]);
   std::vector<at::Tensor> reads;
@@ -186,6 +228,8 @@ auto structuredBody(OutputMode mode, Compute compute, at::Tensor& out,
   op.outputs[0] = out;
   op.meta(args...);
   out = op.outputs[0];
+  checkDispatch(
+      op.outputs, [&](std::array<at::Tensor, 1>& o, auto&&... a) { compute(o[0], a...); }, args...);
   (collectTensor(reads, args), ...);
   return [view = kernelView(out), kargs = std::make_tuple(toKernelArg(args)...), compute]() mutable {
     // k binds temporaries (fromKernelArg of int lists); compute takes lvalues.
@@ -231,6 +275,8 @@ void launchIntoOutputs(const std::array<at::Tensor, N>& outputs, Compute compute
     views[i] = kernelView(outputs[i]);
     writes.push_back(outputs[i]);
   }
+  checkDispatch(
+      outputs, [&](std::array<at::Tensor, N>&, auto&&... a) { compute(a...); }, args...);
   std::vector<at::Tensor> reads;
   (collectTensor(reads, args), ...);
   launchOnCurrentStream(

@@ -1,0 +1,139 @@
+// The dtype check of a kernel launch, made on the host.
+//
+// A CUDA kernel's AT_DISPATCH switch runs on the host at launch, so an
+// unsupported dtype ("softmax of an int tensor") raises NotImplementedError at
+// the call. An openreg kernel body is ATen CPU code whose AT_DISPATCH runs on
+// the stream, where the same error could only fail the stream. So before a
+// native kernel is queued, its CPU body is run once on the host over probe
+// tensors (same dtypes and ranks, every size 1 or 2, on the CPU) for each
+// dtype signature of each launch site; the verdict is kept per thread and a
+// rejected signature raises ATen's own NotImplementedError from then on.
+//
+// Only NotImplementedError (what AT_DISPATCH throws) is a verdict. Any other
+// failure of the probe (shapes that do not fit an int-list argument, say)
+// says nothing about dtypes: the launch goes ahead as before. Launches with an
+// empty tensor are not probed: CPU kernels return before their dispatch then.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/IListRef.h>
+#include <c10/core/Scalar.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace openreg::dispatch_probe {
+
+// A zero-filled CPU tensor (so a probe's index tensors hold valid indices)
+// with t's dtype and rank, its size-1 dimensions, its broadcast (stride-0)
+// dimensions, and size 2 elsewhere: CPU kernels take other paths, with other
+// dtype lists, for a one-element operand, a size-1 reduced dimension or an
+// expanded input.
+at::Tensor probeTensor(const at::Tensor& t);
+
+// An empty CPU tensor with an output's dtype: out= kernels resize it.
+at::Tensor probeOutput(const at::Tensor& t);
+
+// Runs `probe`; AT_DISPATCH's message if it raised NotImplementedError.
+std::optional<std::string> runProbe(const std::function<void()>& probe);
+
+[[noreturn]] void raiseNotImplemented(const std::string& message);
+
+// Marks an empty tensor in a key (no other key byte is negative).
+constexpr char kEmpty = '\xff';
+
+// The dtype signature of an argument list: tensors' dtypes and what the
+// probe tensor keeps of their shapes, and everything else that can change
+// which kernel, and so which dtype list, a call takes (scalars' kinds and
+// special values, dtype, flag and mode arguments).
+inline void appendKey(std::string& key, const at::Tensor& t) {
+  if (!t.defined()) {
+    key.push_back('\x7f');
+    return;
+  }
+  key.push_back(static_cast<char>(t.scalar_type()));
+  if (t.numel() == 0) {
+    key.push_back(kEmpty);
+    return;
+  }
+  const int64_t dim = t.dim();
+  bool plain = true;  // no size-1 or broadcast dimension: the rank says all
+  for (int64_t d = 0; d < dim && plain; ++d) plain = t.size(d) > 1 && t.stride(d) != 0;
+  key.push_back(static_cast<char>((plain ? '0' : 'A') + dim));
+  if (plain) return;
+  for (int64_t d = 0; d < dim; ++d)
+    key.push_back(t.size(d) == 1 ? '1' : t.stride(d) == 0 ? 'x' : 'n');
+}
+inline void appendKey(std::string& key, const std::optional<at::Tensor>& t) {
+  appendKey(key, t.has_value() ? *t : at::Tensor());
+}
+inline void appendKey(std::string& key, at::OptionalTensorRef t) {
+  appendKey(key, t.has_value() ? *t : at::Tensor());
+}
+inline void appendKey(std::string& key, const at::ITensorListRef& ts) {
+  for (const at::Tensor& t : ts) appendKey(key, t);
+  key.push_back('|');
+}
+inline void appendKey(std::string& key, at::TensorList ts) {
+  for (const at::Tensor& t : ts) appendKey(key, t);
+  key.push_back('|');
+}
+// pow(x, 0), pow(x, 1), clamp(x, nan) and the like are special cases with
+// kernels of their own.
+char scalarValueClass(const c10::Scalar& s);
+inline void appendKey(std::string& key, const c10::Scalar& s) {
+  key.push_back(static_cast<char>(64 + static_cast<int>(s.type())));
+  key.push_back(scalarValueClass(s));
+}
+inline void appendKey(std::string& key, const std::optional<c10::Scalar>& s) {
+  if (s.has_value()) appendKey(key, *s);
+  else key.push_back('N');
+}
+inline void appendKey(std::string& key, at::ArrayRef<c10::Scalar> scalars) {
+  for (const c10::Scalar& s : scalars) appendKey(key, s);
+  key.push_back('|');
+}
+inline void appendKey(std::string& key, std::optional<at::ScalarType> dtype) {
+  key.push_back(dtype.has_value() ? static_cast<char>(*dtype) : '\x7e');
+}
+inline void appendKey(std::string& key, bool flag) { key.push_back(flag ? 'T' : 'F'); }
+// Dims: reducing a size-1 dimension takes a shortcut the others do not.
+inline void appendKey(std::string& key, int64_t value) {
+  key += std::to_string(value);
+  key.push_back('i');
+}
+inline void appendKey(std::string& key, at::IntArrayRef values) {
+  for (int64_t v : values) appendKey(key, v);
+  key.push_back('|');
+}
+inline void appendKey(std::string& key, at::OptionalIntArrayRef values) {
+  if (values.has_value()) appendKey(key, *values);
+  key.push_back('|');
+}
+// Modes ("tanh" gelu, "floor" division) pick other kernels.
+inline void appendKey(std::string& key, c10::string_view mode) {
+  key.append(mode.data(), mode.size());
+  key.push_back('|');
+}
+inline void appendKey(std::string& key, const std::optional<c10::string_view>& mode) {
+  if (mode.has_value()) appendKey(key, *mode);
+  key.push_back('|');
+}
+template <class T>
+void appendKey(std::string&, const T&) {}
+
+// Raises AT_DISPATCH's NotImplementedError if the CPU body rejects this dtype
+// signature (a key without kEmpty: callers skip launches with an empty tensor). `Site` is a type unique to the launch site (its kernel body's
+// lambda type), so each site keeps its own verdicts.
+template <class Site, class Probe>
+void check(const std::string& key, Probe&& probe) {
+  static thread_local std::unordered_map<std::string, std::optional<std::string>> verdicts;
+  auto it = verdicts.find(key);
+  if (it == verdicts.end()) it = verdicts.emplace(key, runProbe(probe)).first;
+  if (it->second.has_value()) raiseNotImplemented(*it->second);
+}
+
+}  // namespace openreg::dispatch_probe
