@@ -603,6 +603,7 @@ void OregBackend::shutdown() {
   cv_.notify_all();
   transport_->wakeup();
   if (worker_.joinable()) worker_.join();
+  transport_->shutdown();
   // Anything still queued never started.
   auto error = distError("oreg_ccl: the process group was shut down before this operation started");
   std::deque<Op> left;

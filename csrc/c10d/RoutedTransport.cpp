@@ -96,6 +96,8 @@ std::string RoutedTransport::failure() const {
   return f;
 }
 
+void RoutedTransport::shutdown() { zmq_->shutdown(); }
+
 void RoutedTransport::quiesce() {
   if (shm_) shm_->quiesce();
   zmq_->quiesce();

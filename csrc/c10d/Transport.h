@@ -135,6 +135,13 @@ class Transport {
   // for those sends to be released), so failed operations can hand their
   // tensors back. Called by the progress thread.
   virtual void quiesce() {}
+
+  // The owner is done with the transport (the group shut down): release the
+  // connections, first handing what was already sent to the peers, bounded.
+  // A process may exit right after shutdown() returns, and a peer still
+  // waiting for our last message (a barrier's) must get it. Only failure()
+  // and cancel() remain valid afterwards. Idempotent.
+  virtual void shutdown() {}
 };
 
 // Rendezvous through the process group's store, as callbacks so transports

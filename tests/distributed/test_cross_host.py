@@ -347,6 +347,34 @@ def abort_behind_queued_data(rank, n, tmp):
     os._exit(0)  # skip destroy: the group is broken
 
 
+def last_messages_outlive_sender(rank, n, tmp):
+    # Rank 1 sends its last messages and leaves at once (the harness destroys
+    # the group and os._exit()s): shutdown must hand them to the network
+    # before it returns. Seen once under load: a barrier's last message lost
+    # with its sender, so the peer failed with "closed its connection".
+    gone = os.path.join(tmp, "rank1-gone")
+    dist.barrier()
+    if rank == 1:
+        works = [dist.isend(torch.full((16,), float(i)), 0, tag=i) for i in range(200)]
+        for w in works:
+            w.wait()
+        dist.destroy_process_group()
+        open(gone, "w").close()
+        return
+    deadline = time.monotonic() + 60
+    while not os.path.exists(gone) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # rank 1 is exiting or gone
+    for i in range(200):
+        t = torch.empty(16)
+        dist.recv(t, 1, tag=i)
+        assert torch.equal(t, torch.full((16,), float(i))), (i, t)
+
+
+def test_last_messages_outlive_their_sender(tmp_path):
+    spawn(last_messages_outlive_sender, 2, tmp_path, str(tmp_path), host_of=(0, 1))
+
+
 def test_abort_queued_behind_data_still_arrives(tmp_path):
     spawn(abort_behind_queued_data, 2, tmp_path, str(tmp_path), host_of=(0, 1), timeout=150)
 

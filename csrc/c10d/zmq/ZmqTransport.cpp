@@ -212,8 +212,14 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
 }
 
 ZmqTransport::~ZmqTransport() {
+  shutdown();
+  if (wakeFd_ >= 0) ::close(wakeFd_);
+}
+
+void ZmqTransport::shutdown() {
   {
     std::lock_guard<std::mutex> g(ioMutex_);
+    if (stopping_) return;
     stopping_ = true;
   }
   wakeIo();
@@ -222,13 +228,15 @@ ZmqTransport::~ZmqTransport() {
     // Still-queued data refers to caller buffers only if quiesce() gave up.
     closeDealer(p);
     if (monitors_[p]) zmq_close(monitors_[p]);
+    monitors_[p] = nullptr;
   }
   if (router_) zmq_close(router_);
+  router_ = nullptr;
   // Messages still queued must not outlive the payload copies they own.
   arrivals_.clear();
   inbox_.clear();
   if (ctx_) zmq_ctx_term(ctx_);  // waits at most kLingerMs for the last sends
-  if (wakeFd_ >= 0) close(wakeFd_);
+  ctx_ = nullptr;
 }
 
 // ---- sending -----------------------------------------------------------------

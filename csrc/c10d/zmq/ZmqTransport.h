@@ -92,6 +92,7 @@ class ZmqTransport final : public Transport {
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;
   void quiesce() override;
+  void shutdown() override;
 
   // One non-blocking round of progress; true if anything moved. Throws the
   // transport's error.
