@@ -6,13 +6,15 @@
     openreg-run --nodes 2 --devices 2 --strategy hsdp   # 2 simulated hosts x 2 devices
 
 A thin layer over torchrun (``torch.distributed.run --standalone``): every option
-other than --devices and --nodes is passed to the training script (see
-``launch/train.py --help``). With --nodes M it starts M torchrun agents on this
+other than --devices and --nodes is passed to the training script (listed by
+``openreg-run --help``), and checked here first, so a typo fails once, before any
+process starts. With --nodes M it starts M torchrun agents on this
 machine, one per simulated host (``--nnodes=M --node-rank=i``, each with its own
 OREG_CCL_HOST_ID), so oreg_ccl uses shared memory within a host and ZeroMQ over
 loopback TCP between hosts, as on a real cluster.
 """
 import argparse
+import importlib.util
 import os
 import socket
 import subprocess
@@ -29,15 +31,30 @@ def _train_script() -> str:
     return script
 
 
+def _train_module():
+    spec = importlib.util.spec_from_file_location("openreg_train_job", _train_script())
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # definitions only: the job runs under __main__
+    return module
+
+
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="openreg-run", description=__doc__,
+    parser = argparse.ArgumentParser(prog="openreg-run", description=__doc__, add_help=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-h", "--help", action="store_true",
+                        help="show this help and the training options, then exit")
     parser.add_argument("--devices", type=int, default=4,
                         help="simulated devices (= processes) per host")
     parser.add_argument("--nodes", type=int, default=1, help="simulated hosts")
     args, train_args = parser.parse_known_args(argv)
+    train = _train_module()
+    if args.help:
+        parser.print_help()
+        print("\ntraining options (launch/train.py):")
+        train.parse_args(["--help"])  # prints them and exits
     if args.devices < 1 or args.nodes < 1:
         parser.error("--devices and --nodes must be at least 1")
+    train.parse_args(train_args)  # a bad option fails here, not once per rank
     env = os.environ
     if int(env.get("OPENREG_DEVICE_COUNT", "8")) < args.devices:
         env["OPENREG_DEVICE_COUNT"] = str(args.devices)

@@ -95,3 +95,18 @@ def test_two_simulated_hosts_match_single_process_cpu(cpu_reference, tmp_path):
     assert summary["hosts"] == "host 0: 0 1 | host 1: 2 3"
     for step, (got, want) in enumerate(zip(summary["losses"], cpu_reference["losses"])):
         assert got == pytest.approx(want, rel=2e-4, abs=2e-4), (step, got, want)
+
+
+@pytest.mark.timeout(120)
+def test_launcher_help_lists_training_options_and_rejects_typos():
+    import subprocess
+    launcher = [sys.executable, "-m", "openreg.launcher"]
+    r = subprocess.run(launcher + ["--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for option in ("--devices", "--nodes", "--strategy", "--checkpoint-dir", "--bf16"):
+        assert option in r.stdout, option
+    # A typo fails once, in the launcher, before torchrun starts any rank.
+    r = subprocess.run(launcher + ["--stratgy", "ddp"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.count("unrecognized arguments: --stratgy ddp") == 1, r.stderr
+    assert "torch.distributed" not in r.stderr and "rank" not in r.stderr.lower(), r.stderr
