@@ -51,21 +51,25 @@ class DropWarnings final : public c10::WarningHandler {
 
 }  // namespace
 
-std::optional<std::string> runProbe(const std::function<void()>& probe) {
+std::optional<Rejection> runProbe(const std::function<void()>& probe) {
   DropWarnings drop;
   c10::WarningUtils::WarningHandlerGuard silence(&drop);
   try {
     probe();
   } catch (const c10::NotImplementedError& e) {
-    return e.msg();
+    return Rejection{true, e.msg()};
+  } catch (const c10::Error& e) {
+    // TensorBase::data_ptr<T>'s check: about dtypes only, whatever the shapes.
+    if (e.msg().rfind("expected scalar type ", 0) == 0) return Rejection{false, e.msg()};
   } catch (const std::exception&) {
     // Not a dtype verdict (see DispatchProbe.h).
   }
   return std::nullopt;
 }
 
-void raiseNotImplemented(const std::string& message) {
-  TORCH_CHECK_NOT_IMPLEMENTED(false, message);
+void raise(const Rejection& rejection) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!rejection.notImplemented, rejection.message);
+  TORCH_CHECK(false, rejection.message);
 }
 
 }  // namespace openreg::dispatch_probe

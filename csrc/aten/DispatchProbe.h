@@ -9,8 +9,8 @@
 // dtype signature of each launch site; the verdict is kept per thread and a
 // rejected signature raises ATen's own NotImplementedError from then on.
 //
-// Only NotImplementedError (what AT_DISPATCH throws) is a verdict. Any other
-// failure of the probe (shapes that do not fit an int-list argument, say)
+// Only NotImplementedError (what AT_DISPATCH throws) and a typed data
+// pointer's dtype check are verdicts. Any other failure of the probe (shapes that do not fit an int-list argument, say)
 // says nothing about dtypes: the launch goes ahead as before. Launches with an
 // empty tensor are not probed: CPU kernels return before their dispatch then.
 #pragma once
@@ -37,10 +37,18 @@ at::Tensor probeTensor(const at::Tensor& t);
 // An empty CPU tensor with an output's dtype: out= kernels resize it.
 at::Tensor probeOutput(const at::Tensor& t);
 
-// Runs `probe`; AT_DISPATCH's message if it raised NotImplementedError.
-std::optional<std::string> runProbe(const std::function<void()>& probe);
+// Why a dtype signature is rejected: AT_DISPATCH's NotImplementedError, or
+// the RuntimeError of a typed data pointer ("expected scalar type Float but
+// found Long", a kernel handed operands of two dtypes).
+struct Rejection {
+  bool notImplemented;
+  std::string message;
+};
 
-[[noreturn]] void raiseNotImplemented(const std::string& message);
+// Runs `probe`; the rejection if it raised one of the two.
+std::optional<Rejection> runProbe(const std::function<void()>& probe);
+
+[[noreturn]] void raise(const Rejection& rejection);
 
 // Marks an empty tensor in a key (no other key byte is negative).
 constexpr char kEmpty = '\xff';
@@ -130,10 +138,10 @@ void appendKey(std::string&, const T&) {}
 // lambda type), so each site keeps its own verdicts.
 template <class Site, class Probe>
 void check(const std::string& key, Probe&& probe) {
-  static thread_local std::unordered_map<std::string, std::optional<std::string>> verdicts;
+  static thread_local std::unordered_map<std::string, std::optional<Rejection>> verdicts;
   auto it = verdicts.find(key);
   if (it == verdicts.end()) it = verdicts.emplace(key, runProbe(probe)).first;
-  if (it->second.has_value()) raiseNotImplemented(*it->second);
+  if (it->second.has_value()) raise(*it->second);
 }
 
 }  // namespace openreg::dispatch_probe
