@@ -4,15 +4,16 @@
 // unsupported dtype ("softmax of an int tensor") raises NotImplementedError at
 // the call. An openreg kernel body is ATen CPU code whose AT_DISPATCH runs on
 // the stream, where the same error could only fail the stream. So before a
-// native kernel is queued, its CPU body is run once on the host over probe
-// tensors (same dtypes and ranks, every size 1 or 2, on the CPU) for each
-// dtype signature of each launch site; the verdict is kept per thread and a
-// rejected signature raises ATen's own NotImplementedError from then on.
+// kernel is queued (a native one, or the fallback's), its CPU body runs once
+// on the host over probe tensors (same dtypes and ranks, sizes 1 or 2, on the
+// CPU) for each dtype signature of each launch site; the verdict is kept per
+// thread and a rejected signature raises the CPU's own error from then on.
 //
 // Only NotImplementedError (what AT_DISPATCH throws) and a typed data
-// pointer's dtype check are verdicts. Any other failure of the probe (shapes that do not fit an int-list argument, say)
-// says nothing about dtypes: the launch goes ahead as before. Launches with an
-// empty tensor are not probed: CPU kernels return before their dispatch then.
+// pointer's dtype check are verdicts. Any other failure of the probe (shapes
+// that do not fit an int-list argument, say) says nothing about dtypes: the
+// launch goes ahead as before. Launches with an empty tensor are not probed:
+// CPU kernels return before their dispatch then.
 #pragma once
 
 #include <ATen/core/Tensor.h>
