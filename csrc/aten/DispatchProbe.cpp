@@ -10,6 +10,7 @@
 namespace openreg::dispatch_probe {
 
 at::Tensor probeTensor(const at::Tensor& t) {
+  if (!t.defined()) return t;
   std::vector<int64_t> sizes(t.dim()), stored(t.dim());
   for (int64_t d = 0; d < t.dim(); ++d) {
     sizes[d] = t.size(d) == 1 ? 1 : 2;

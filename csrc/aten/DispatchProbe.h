@@ -32,7 +32,7 @@ namespace openreg::dispatch_probe {
 // with t's dtype and rank, its size-1 dimensions, its broadcast (stride-0)
 // dimensions, and size 2 elsewhere: CPU kernels take other paths, with other
 // dtype lists, for a one-element operand, a size-1 reduced dimension or an
-// expanded input.
+// expanded input. An undefined tensor stays undefined.
 at::Tensor probeTensor(const at::Tensor& t);
 
 // An empty CPU tensor with an output's dtype: out= kernels resize it.

@@ -514,9 +514,7 @@ void checkDispatch(const c10::OperatorHandle& op, const IValue* args, size_t num
       } else if (schema.arguments()[i].is_out()) {
         probe.push_back(mapTensors(args[i], dispatch_probe::probeOutput));
       } else {
-        probe.push_back(mapTensors(args[i], [](const at::Tensor& t) {
-          return t.defined() ? dispatch_probe::probeTensor(t) : t;
-        }));
+        probe.push_back(mapTensors(args[i], dispatch_probe::probeTensor));
       }
     }
     c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);

@@ -65,31 +65,58 @@ struct OpenRegStructured final : public Meta {
   }
 };
 
-// Argument conversion for the kernel body: tensors become kernel views,
-// everything else is captured by value.
-inline at::Tensor toKernelArg(const at::Tensor& t) { return kernelArg(t); }
-inline std::optional<at::Tensor> toKernelArg(const std::optional<at::Tensor>& t) {
+// An op argument as a kernel-side call holds it: each tensor through
+// `tensor` (a kernel view, or a dispatch probe's tensor), in an argument of
+// the same kind; everything else by value (int lists as vectors, strings as
+// strings).
+template <class F>
+at::Tensor kernelSideArg(const at::Tensor& t, F tensor) {
+  return tensor(t);
+}
+template <class F>
+std::optional<at::Tensor> kernelSideArg(const std::optional<at::Tensor>& t, F tensor) {
   if (!t.has_value()) return std::nullopt;
-  return toKernelArg(*t);
+  return tensor(*t);
 }
-inline std::optional<at::Tensor> toKernelArg(at::OptionalTensorRef t) {
+template <class F>
+std::optional<at::Tensor> kernelSideArg(at::OptionalTensorRef t, F tensor) {
   if (!t.has_value()) return std::nullopt;
-  return toKernelArg(*t);
+  return tensor(*t);
 }
-inline std::vector<at::Tensor> toKernelArg(const at::ITensorListRef& ts) {
-  std::vector<at::Tensor> views;
-  for (const at::Tensor& t : ts) views.push_back(toKernelArg(t));
-  return views;
+template <class F>
+std::vector<at::Tensor> kernelSideArg(const at::ITensorListRef& ts, F tensor) {
+  std::vector<at::Tensor> converted;
+  for (const at::Tensor& t : ts) converted.push_back(tensor(t));
+  return converted;
 }
-inline std::vector<int64_t> toKernelArg(at::IntArrayRef v) { return v.vec(); }
-inline std::optional<std::vector<int64_t>> toKernelArg(at::OptionalIntArrayRef v) {
+template <class F>
+std::vector<int64_t> kernelSideArg(at::IntArrayRef v, F) {
+  return v.vec();
+}
+template <class F>
+std::optional<std::vector<int64_t>> kernelSideArg(at::OptionalIntArrayRef v, F) {
   if (!v.has_value()) return std::nullopt;
   return v->vec();
 }
-inline std::string toKernelArg(c10::string_view s) { return std::string(s); }
-template <class T>
-T toKernelArg(const T& value) {
+template <class F>
+std::string kernelSideArg(c10::string_view s, F) {
+  return std::string(s);
+}
+template <class T, class F>
+T kernelSideArg(const T& value, F) {
   return value;
+}
+
+// For the kernel body: tensors become kernel views.
+template <class T>
+auto toKernelArg(const T& value) {
+  return kernelSideArg(value, kernelArg);
+}
+
+// For the dispatch probe (DispatchProbe.h): tensors become probe tensors.
+template <class T>
+auto toProbeArg(const T& value) {
+  return kernelSideArg(value, dispatch_probe::probeTensor);
 }
 
 // Kernel-side types back to what at::cpu functions take.
@@ -103,28 +130,6 @@ inline c10::string_view fromKernelArg(const std::string& s) { return s; }
 template <class T>
 const T& fromKernelArg(const T& value) {
   return value;
-}
-
-// The same argument types over the dispatch probe's tensors (DispatchProbe.h).
-inline at::Tensor toProbeArg(const at::Tensor& t) {
-  return t.defined() ? dispatch_probe::probeTensor(t) : t;
-}
-inline std::optional<at::Tensor> toProbeArg(const std::optional<at::Tensor>& t) {
-  if (!t.has_value()) return std::nullopt;
-  return toProbeArg(*t);
-}
-inline std::optional<at::Tensor> toProbeArg(at::OptionalTensorRef t) {
-  if (!t.has_value()) return std::nullopt;
-  return toProbeArg(*t);
-}
-inline std::vector<at::Tensor> toProbeArg(const at::ITensorListRef& ts) {
-  std::vector<at::Tensor> probes;
-  for (const at::Tensor& t : ts) probes.push_back(toProbeArg(t));
-  return probes;
-}
-template <class T>
-auto toProbeArg(const T& value) {
-  return toKernelArg(value);
 }
 
 // Raises NotImplementedError on the host if the kernel body rejects the
