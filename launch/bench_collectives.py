@@ -13,12 +13,16 @@ batch is reported. algbw = size / time; busbw applies
 nccl-tests' factors (allreduce 2(n-1)/n, allgather / reduce-scatter / alltoall /
 gather / scatter (n-1)/n, broadcast / reduce / sendrecv 1), so it is comparable
 across world sizes.
-Both backends move CPU tensors (gloo has no openreg support), over one
-process group each, in the same processes. The footer prints memcpy bandwidth
+By default both backends move CPU tensors, over one process group each, in
+the same processes. With --device openreg, oreg_ccl moves openreg tensors
+(rank r on openreg:r, as nccl-tests moves device buffers) and each batch ends
+with torch.openreg.synchronize(), so it is timed to completion; gloo, which has
+no openreg support, still moves CPU tensors. The footer prints memcpy bandwidth
 measured in the same run and the ratios the issue asks about.
 """
 import argparse
 import datetime
+import functools
 import os
 import tempfile
 import time
@@ -47,39 +51,41 @@ def parse_bytes(s):
     return int(float(s[:-1]) * units[s[-1].upper()]) if s[-1].upper() in units else int(s)
 
 
-def make_op(name, nbytes, n, group):
+def make_op(name, nbytes, n, group, device="cpu"):
     """Buffers for one call of `name` moving `nbytes` in total (nccl-tests' size)."""
     count = max(n, nbytes // 4 // n * n)
+    empty = functools.partial(torch.empty, device=device)
+    ones = functools.partial(torch.ones, device=device)
     if name == "all_reduce":
-        t = torch.ones(count)
+        t = ones(count)
         return lambda: dist.all_reduce(t, group=group)
     if name == "all_gather":
-        out, inp = torch.empty(count), torch.ones(count // n)
+        out, inp = empty(count), ones(count // n)
         return lambda: dist.all_gather_into_tensor(out, inp, group=group)
     if name == "reduce_scatter":
-        out, inp = torch.empty(count // n), torch.ones(count)
+        out, inp = empty(count // n), ones(count)
         return lambda: dist.reduce_scatter_tensor(out, inp, group=group)
     if name == "all_to_all":
-        out, inp = torch.empty(count), torch.ones(count)
+        out, inp = empty(count), ones(count)
         return lambda: dist.all_to_all_single(out, inp, group=group)
     if name == "broadcast":
-        t = torch.ones(count)
+        t = ones(count)
         return lambda: dist.broadcast(t, src=0, group=group)
     if name == "reduce":
-        t = torch.ones(count)
+        t = ones(count)
         return lambda: dist.reduce(t, dst=0, group=group)
     rank = dist.get_rank(group)
     if name == "gather":
-        inp = torch.ones(count // n)
-        outs = [torch.empty(count // n) for _ in range(n)] if rank == 0 else None
+        inp = ones(count // n)
+        outs = [empty(count // n) for _ in range(n)] if rank == 0 else None
         return lambda: dist.gather(inp, outs, dst=0, group=group)
     if name == "scatter":
-        out = torch.empty(count // n)
-        ins = [torch.ones(count // n) for _ in range(n)] if rank == 0 else None
+        out = empty(count // n)
+        ins = [ones(count // n) for _ in range(n)] if rank == 0 else None
         return lambda: dist.scatter(out, ins, src=0, group=group)
     # sendrecv: every rank sends `nbytes` to the next and receives as much
     # from the previous one, at once (nccl-tests' sendrecv).
-    send, recv = torch.ones(count), torch.empty(count)
+    send, recv = ones(count), empty(count)
     nxt, prev = (rank + 1) % n, (rank - 1) % n
 
     def sendrecv():
@@ -88,15 +94,17 @@ def make_op(name, nbytes, n, group):
     return sendrecv
 
 
-def timed(fn, group, reps=5):
+def timed(fn, group, sync, reps=5):
     """Seconds per call: the median over `reps` batches of the slowest rank's
     average (a batch lasts ~20 ms; a median keeps one scheduler hiccup of the
     2-core VM from dominating microsecond-scale rows, for both backends alike)."""
     for _ in range(3):
         fn()
+    sync()
     dist.barrier(group=group)
     start = time.perf_counter()
     fn()
+    sync()
     one = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
     dist.all_reduce(one, op=dist.ReduceOp.MAX)  # every rank must run the same count
     iters = int(max(3, min(500, 0.02 / max(one.item(), 1e-7))))
@@ -106,13 +114,14 @@ def timed(fn, group, reps=5):
         start = time.perf_counter()
         for _ in range(iters):
             fn()
+        sync()
         batches.append((time.perf_counter() - start) / iters)
     per_batch = torch.tensor(batches, dtype=torch.float64)
     dist.all_reduce(per_batch, op=dist.ReduceOp.MAX)  # the slowest rank decides
     return per_batch.median().item()
 
 
-def worker(rank, n, store_dir, sizes, queue, hosts, names):
+def worker(rank, n, store_dir, sizes, queue, hosts, names, device):
     warnings.filterwarnings("ignore", category=FutureWarning)
     if hosts > 1:
         os.environ["OREG_CCL_HOST_ID"] = f"bench-host-{rank * hosts // n}"
@@ -120,13 +129,19 @@ def worker(rank, n, store_dir, sizes, queue, hosts, names):
                             world_size=n, timeout=datetime.timedelta(seconds=300))
     gloo = dist.new_group(backend="gloo")
     ours = dist.group.WORLD
+    on_device = device == "openreg"
+    if on_device:
+        torch.openreg.set_device(rank % torch.openreg.device_count())
+    no_sync = lambda: None  # noqa: E731
     rows = []
     for name in names:
         factor = COLLECTIVES[name]
         for nbytes in sizes:
             row = {"name": name, "bytes": nbytes}
             for label, group in (("oreg_ccl", ours), ("gloo", gloo)):
-                t = timed(make_op(name, nbytes, n, group), group)
+                ours_on_device = on_device and label == "oreg_ccl"
+                op = make_op(name, nbytes, n, group, device if ours_on_device else "cpu")
+                t = timed(op, group, torch.openreg.synchronize if ours_on_device else no_sync)
                 algbw = nbytes / t / 1e9
                 row[label] = (t * 1e6, algbw, algbw * factor(n))
             rows.append(row)
@@ -155,6 +170,8 @@ def main():
     p.add_argument("--min-bytes", default="1K")
     p.add_argument("--max-bytes", default="16M")
     p.add_argument("--hosts", type=int, default=1, help="simulated hosts the ranks are spread over")
+    p.add_argument("--device", choices=["cpu", "openreg"], default="cpu",
+                   help="where oreg_ccl's tensors live (gloo's are always on the CPU)")
     p.add_argument("--collectives", nargs="+", choices=list(COLLECTIVES), default=list(COLLECTIVES))
     args = p.parse_args()
     lo, hi = parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
@@ -171,7 +188,7 @@ def main():
     for n in args.world_sizes:
         queue = ctx.SimpleQueue()
         with tempfile.TemporaryDirectory() as tmp:
-            work = (n, tmp, sizes, queue, args.hosts, args.collectives)
+            work = (n, tmp, sizes, queue, args.hosts, args.collectives, args.device)
             procs = [ctx.Process(target=worker, args=(r, *work)) for r in range(n)]
             for pr in procs:
                 pr.start()
@@ -179,7 +196,9 @@ def main():
             for pr in procs:
                 pr.join()
         where = f", {args.hosts} simulated hosts (ZeroMQ between them)" if args.hosts > 1 else ""
-        print(f"\n# world size {n}{where}, float32, CPU tensors")
+        tensors = ("oreg_ccl on openreg tensors, gloo on CPU tensors" if args.device == "openreg"
+                   else "CPU tensors")
+        print(f"\n# world size {n}{where}, float32, {tensors}")
         print(f"# {'collective':>14} {'size(B)':>10} {'count':>9} |"
               f" {'oreg_ccl time(us)':>17} {'algbw':>7} {'busbw':>7} |"
               f" {'gloo time(us)':>13} {'algbw':>7} {'busbw':>7} | {'speedup':>7}")

@@ -51,6 +51,7 @@ void initBindings(py::module_& m) {
         d["rejected"] = i.rejected;
         d["single_copy"] = i.singleCopy;
         d["shared_chunks_written"] = i.sharedChunksWritten;
+        d["peer_mapped_bytes"] = i.peerMappedBytes;
         d["splits"] = i.splits;
         return d;
       });

@@ -9,6 +9,10 @@
 //                            one host are read straight from the sender's memory
 //                            (process_vm_readv) instead of passing through the ring
 //                            (default 256 KiB; 0 = never)
+//   OREG_CCL_PEER_MAPPING    a single-copy payload in openreg device memory is copied out of
+//                            the sender's device memory mapped into the receiver (the
+//                            driver's IPC handles) instead of process_vm_readv (default 1;
+//                            0 = never)
 //   OREG_CCL_ONESHOT_BYTES   allreduce at or below this size uses the one-shot algorithm,
 //                            above it reduce-scatter + all-gather        (default 64 KiB)
 //   OREG_CCL_ZMQ_CHUNK_BYTES messages between hosts travel in chunks of this size, so the
@@ -37,6 +41,7 @@ struct Config {
   size_t collRingBytes = envBytes("OREG_CCL_RING_BYTES", 1 << 20);
   size_t p2pRingBytes = envBytes("OREG_CCL_P2P_RING_BYTES", 256 << 10);
   size_t singleCopyBytes = envBytes("OREG_CCL_SINGLE_COPY_BYTES", 256 << 10);
+  bool peerMapping = envBytes("OREG_CCL_PEER_MAPPING", 1) != 0;
   size_t oneShotBytes = envBytes("OREG_CCL_ONESHOT_BYTES", 64 << 10);
   size_t zmqChunkBytes = envBytes("OREG_CCL_ZMQ_CHUNK_BYTES", 512 << 10);
   int zmqIoThreads =

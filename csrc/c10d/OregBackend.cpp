@@ -631,10 +631,12 @@ OregBackend::NetworkInfo OregBackend::networkInfo() const {
     if (routed->shm()) {
       info.singleCopy = routed->shm()->singleCopy();
       info.sharedChunksWritten = routed->shm()->sharedChunksWritten();
+      info.peerMappedBytes = routed->shm()->peerMappedBytes();
     }
   } else if (auto* shm = dynamic_cast<ShmTransport*>(transport_.get())) {
     info.singleCopy = shm->singleCopy();
     info.sharedChunksWritten = shm->sharedChunksWritten();
+    info.peerMappedBytes = shm->peerMappedBytes();
   }
   return info;
 }

@@ -59,7 +59,8 @@ def shm_objects(pids):
 
 def info_of(group=None, device="cpu"):
     """oreg_ccl's view of a group (backend._network_info()): topology,
-    host_count, endpoint, group_id, rejected, single_copy, shared_chunks_written, splits."""
+    host_count, endpoint, group_id, rejected, single_copy, shared_chunks_written,
+    peer_mapped_bytes, splits."""
     return (group or dist.group.WORLD)._get_backend(torch.device(device))._network_info()
 
 

@@ -267,12 +267,15 @@ def test_eight_ranks_on_two_cores(tmp_path):
     spawn(oversubscribed, 8, tmp_path, timeout=200)
 
 
-def large_messages(rank, n, single_copy):
+def large_messages(rank, n, single_copy, peer_mapping=False):
     info = info_of()
     assert info["single_copy"] == single_copy, info
     # Several single-copy chunks each way: 4 MiB straight into the destination,
-    # 256 KiB at a time into a reduction. On the CPU and from device memory.
+    # 256 KiB at a time into a reduction. On the CPU and from device memory,
+    # which a peer copies through its mapping of it (peer_mapping) rather than
+    # with process_vm_readv/writev.
     for device in [torch.device("cpu"), torch.device("openreg", rank)]:
+        mapped_before = info_of()["peer_mapped_bytes"]
         for dtype in [torch.float32, torch.bfloat16]:
             ins = [make(r, (n * 700_001,), dtype, 7 + r) for r in range(n)]
             t = ins[rank].to(device, copy=True)
@@ -316,6 +319,20 @@ def large_messages(rank, n, single_copy):
         dist.all_to_all_single(out, (big[:n * 400_000] + rank).to(device, copy=True))
         check(out, torch.cat([big[rank * 400_000:(rank + 1) * 400_000] + p for p in range(n)]),
               "all_to_all")
+        # A view 12 bytes into its storage: used in place, so peers copy from
+        # and into an address that is not an allocation's.
+        ins = [make(r, (n * 300_001,), torch.float32, 5 + r) for r in range(n)]
+        base = torch.zeros(n * 300_001 + 3, device=device)
+        view = base[3:]
+        view.copy_(ins[rank].to(device))
+        dist.all_reduce(view)
+        check(view, reference(ins, "SUM", torch.float32), "allreduce, offset view")
+        assert base[:3].eq(0).all().item()
+        mapped = info_of()["peer_mapped_bytes"] - mapped_before
+        if device.type == "openreg" and single_copy and peer_mapping:
+            assert mapped > 0, "no payload was copied through mapped device memory"
+        else:
+            assert mapped == 0, f"{mapped} bytes copied through mapped memory on {device}"
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -324,11 +341,19 @@ def test_single_copy_every_collective_and_large_messages(tmp_path, world_size):
     # single-copy path (read straight from the sender's memory).
     spawn(matrix, world_size, tmp_path, timeout=200, env={"OREG_CCL_SINGLE_COPY_BYTES": "64"})
     (tmp_path / "large").mkdir()
-    spawn(large_messages, world_size, tmp_path / "large", single_copy_allowed(), timeout=200)
+    spawn(large_messages, world_size, tmp_path / "large", single_copy_allowed(),
+          single_copy_allowed(), timeout=200)
 
 
 def test_large_messages_through_the_ring_only(tmp_path):
     spawn(large_messages, 3, tmp_path, False, timeout=200, env={"OREG_CCL_SINGLE_COPY_BYTES": "0"})
+
+
+def test_large_device_messages_without_peer_mapping(tmp_path):
+    # Device memory read and written with process_vm_readv/writev, as when a
+    # peer's memory cannot be mapped.
+    spawn(large_messages, 2, tmp_path, single_copy_allowed(), False, timeout=200,
+          env={"OREG_CCL_PEER_MAPPING": "0"})
 
 
 def gather_scatter_tensors(rank, n):

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "../Config.h"
+#include "../../runtime/driver/Driver.h"
 
 namespace openreg::ccl {
 
@@ -51,6 +52,11 @@ struct ShmRing {
   alignas(64) std::atomic<uint64_t> claim;  // (message number << 32) | next chunk
   std::atomic<uint64_t> copied;             // chunks finished, by either side
   std::atomic<uint64_t> destination;        // in the reader's memory
+  // A destination in openreg device memory: its IPC handle (fd -1 otherwise),
+  // so the writer copies into its mapping of it instead of process_vm_writev.
+  std::atomic<int64_t> destinationFd;
+  std::atomic<uint64_t> destinationArenaBytes;
+  std::atomic<uint64_t> destinationOffset;
   char data[] __attribute__((aligned(64)));
 };
 static_assert(sizeof(ShmRing) == 256);
@@ -59,9 +65,14 @@ struct ShmMessageHeader {
   uint64_t tag;
   uint64_t bytes;
   uint64_t senderAddress;  // of a single-copy payload in the sender's memory, else 0
+  // A single-copy payload in openreg device memory: the driver's IPC handle
+  // (arenaFd -1 otherwise), so the receiver can map it instead.
+  uint64_t arenaBytes;
+  uint64_t arenaOffset;
+  int32_t arenaFd;
   uint32_t src;
   uint32_t magic;
-  char what[kMessageHeader - 32];
+  char what[kMessageHeader - 52];
 };
 static_assert(sizeof(ShmMessageHeader) == kMessageHeader);
 
@@ -161,6 +172,7 @@ ShmTransport::ShmTransport(int rank, int size)
   sends_.resize(2 * size);
   sendTail_.assign(2 * size, 0);
   inbound_.resize(2 * size);
+  peerArenas_.resize(size);
   recvHead_.assign(2 * size, 0);
   collRecvs_.resize(size);
   singleCopySent_.assign(2 * size, 0);
@@ -254,6 +266,9 @@ void ShmTransport::createOwnSegment(const std::string& name) {
 }
 
 ShmTransport::~ShmTransport() {
+  for (auto& arenas : peerArenas_)
+    for (auto& a : arenas)
+      if (a.base) orIpcCloseMemHandle(a.base, a.bytes);
   for (auto& m : maps_)
     if (m.base) munmap(m.base, m.bytes);
   if (!ownName_.empty()) shm_unlink(ownName_.c_str());
@@ -295,6 +310,13 @@ RequestPtr ShmTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
   h->tag = tag;
   h->bytes = bytes;
   h->senderAddress = single ? reinterpret_cast<uint64_t>(data) : 0;
+  h->arenaFd = -1;
+  orIpcMemHandle device;
+  if (single && config().peerMapping && orIpcGetMemHandle(&device, data) == orSuccess) {
+    h->arenaFd = device.fd;
+    h->arenaBytes = device.arenaBytes;
+    h->arenaOffset = device.offset;
+  }
   h->src = static_cast<uint32_t>(rank_);
   h->magic = kMagic;
   std::strncpy(h->what, what.c_str(), sizeof(h->what) - 1);
@@ -438,8 +460,17 @@ bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
       // Our claim holds the offer open, so `destination` is this message's.
       const size_t off = i * kShareChunk, n = std::min(kShareChunk, a.bytes - off);
       char* to = reinterpret_cast<char*>(rg->destination.load(std::memory_order_relaxed)) + off;
+      char* mapped = peerMemory(dst, rg->destinationFd.load(std::memory_order_relaxed),
+                                rg->destinationArenaBytes.load(std::memory_order_relaxed),
+                                rg->destinationOffset.load(std::memory_order_relaxed), a.bytes);
       for (size_t put = 0; put < n && !offerClosed(rg->claim, a.seq);) {
         const size_t piece = std::min(kSharePiece, n - put);
+        if (mapped) {
+          std::memcpy(mapped + off + put, a.data + off + put, piece);
+          peerMappedBytes_.fetch_add(piece, std::memory_order_relaxed);
+          put += piece;
+          continue;
+        }
         iovec local{const_cast<char*>(a.data) + off + put, piece};
         iovec remote{to + put, piece};
         ssize_t k = process_vm_writev(pid, &local, 1, &remote, 1, 0);
@@ -474,6 +505,12 @@ void ShmTransport::readFromSender(int src, Channel ch, const Inbound& in) {
     for (size_t off = 0; off < in.bytes;) {
       checkFailure();  // a failed group's buffers may be gone already
       const size_t n = std::min(in.bytes - off, chunk);
+      if (!direct && in.peerMemory) {  // a reduction reads the peer's memory in place
+        in.recv->sink(in.peerMemory + off, off, n);
+        peerMappedBytes_.fetch_add(n, std::memory_order_relaxed);
+        off += n;
+        continue;
+      }
       char* to = direct ? direct + off : scratch_.data();
       readPeer(src, in, to, off, n);
       if (!direct) in.recv->sink(to, off, n);  // chunks are multiples of kPieceAlign
@@ -490,7 +527,33 @@ void ShmTransport::failPeerIo(int err, const std::string& action, int peer, pid_
        true);
 }
 
+char* ShmTransport::peerMemory(int peer, int64_t fd, uint64_t arenaBytes, uint64_t offset,
+                               uint64_t bytes) {
+  if (fd < 0 || offset > arenaBytes || bytes > arenaBytes - offset) return nullptr;
+  auto& arenas = peerArenas_[peer];
+  auto it = std::find_if(arenas.begin(), arenas.end(), [&](const PeerArena& a) {
+    return a.fd == fd && a.bytes == arenaBytes;
+  });
+  if (it == arenas.end()) {
+    // Opened once per peer arena; one that cannot be opened (permissions) is
+    // remembered too, and its messages go through process_vm_readv/writev.
+    orIpcMemHandle handle;
+    handle.pid = maps_[peer].header()->pid;
+    handle.fd = static_cast<int32_t>(fd);
+    handle.arenaBytes = arenaBytes;
+    void* base = nullptr;
+    if (orIpcOpenMemHandle(&base, handle) != orSuccess) base = nullptr;
+    it = arenas.insert(arenas.end(), PeerArena{handle.fd, arenaBytes, static_cast<char*>(base)});
+  }
+  return it->base ? it->base + offset : nullptr;
+}
+
 void ShmTransport::readPeer(int src, const Inbound& in, char* to, size_t off, size_t n) {
+  if (in.peerMemory) {
+    std::memcpy(to, in.peerMemory + off, n);
+    peerMappedBytes_.fetch_add(n, std::memory_order_relaxed);
+    return;
+  }
   const pid_t pid = maps_[src].header()->pid;
   for (size_t got = 0; got < n;) {
     iovec local{to + got, n - got};
@@ -510,6 +573,11 @@ void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in) {
   char* dest = in.recv->direct;
   rg->copied.store(0, std::memory_order_relaxed);
   rg->destination.store(reinterpret_cast<uint64_t>(dest), std::memory_order_relaxed);
+  orIpcMemHandle device;
+  const bool onDevice = config().peerMapping && orIpcGetMemHandle(&device, dest) == orSuccess;
+  rg->destinationFd.store(onDevice ? device.fd : -1, std::memory_order_relaxed);
+  rg->destinationArenaBytes.store(onDevice ? device.arenaBytes : 0, std::memory_order_relaxed);
+  rg->destinationOffset.store(onDevice ? device.offset : 0, std::memory_order_relaxed);
   rg->claim.store(claimWord(number, 0), std::memory_order_release);
   ring(src);  // a sender waiting for our acknowledgement joins in
   uint64_t ownUnfinished = 0;
@@ -562,6 +630,8 @@ bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessa
   in.tag = h.tag;
   in.bytes = h.bytes;
   in.senderAddress = h.senderAddress;
+  if (h.senderAddress && h.arenaFd >= 0)
+    in.peerMemory = peerMemory(src, h.arenaFd, h.arenaBytes, h.arenaOffset, h.bytes);
   if (ch == Channel::kCollective) {
     auto& q = collRecvs_[src];
     if (q.empty()) return false;  // not expected yet: leave it in the ring

@@ -18,6 +18,11 @@
 // send completes only once the receiver took it either way (one in front of
 // a receive for another tag from the same peer is read into host memory).
 //
+// Peer device memory: a single-copy payload (or shared-copy destination) in
+// openreg device memory carries the driver's IPC handle of it, and the peer
+// copies through its own mapping of that device memory (memcpy, reductions
+// read it in place) instead of process_vm_readv/writev.
+//
 // Shared copy: a single-copy message of at least two 512 KiB chunks into a
 // contiguous destination is copied by both sides. The receiver publishes the
 // destination in the ring and rings the sender; both claim chunks from one
@@ -81,6 +86,9 @@ class ShmTransport final : public Transport {
   bool singleCopy() const { return singleCopyBytes_ > 0; }
   // Chunks of peers' shared copies this rank wrote (any thread; for tests).
   uint64_t sharedChunksWritten() const { return sharedChunksWritten_.load(std::memory_order_relaxed); }
+  // Payload bytes this rank copied through its mapping of a peer's device
+  // memory (any thread; for tests).
+  uint64_t peerMappedBytes() const { return peerMappedBytes_.load(std::memory_order_relaxed); }
 
  private:
   struct Mapping {
@@ -120,6 +128,13 @@ class ShmTransport final : public Transport {
     std::shared_ptr<PostedRecv> recv;  // null while filling an Unexpected
     Unexpected* unexpected = nullptr;
     uint64_t senderAddress = 0;  // of a single-copy payload, in the sender's memory
+    const char* peerMemory = nullptr;  // that payload mapped here (openreg device memory)
+  };
+  // A peer's device memory mapped into this process (base null: cannot be).
+  struct PeerArena {
+    int fd;
+    uint64_t bytes;
+    char* base;
   };
 
   ShmTransport(int rank, int size);
@@ -142,7 +157,11 @@ class ShmTransport final : public Transport {
   void arrived(int src, Unexpected* u);
   // Fails the group: process_vm_readv/writev to `peer` failed with `err`.
   [[noreturn]] void failPeerIo(int err, const std::string& action, int peer, pid_t pid);
-  // process_vm_readv of bytes [off, off + n) of the sender's payload into `to`.
+  // Where `bytes` at `offset` of a peer's device memory (its memfd `fd` of
+  // `arenaBytes`) are mapped here; null: use process_vm_readv/writev.
+  char* peerMemory(int peer, int64_t fd, uint64_t arenaBytes, uint64_t offset, uint64_t bytes);
+  // Bytes [off, off + n) of the sender's payload into `to`: a memcpy from its
+  // mapped device memory, else process_vm_readv.
   void readPeer(int src, const Inbound& in, char* to, size_t off, size_t n);
   void readShared(int src, ShmRing* rg, const Inbound& in);
   bool collectAcks(int dst, Channel ch);
@@ -171,6 +190,7 @@ class ShmTransport final : public Transport {
   std::vector<uint64_t> singleCopySent_;        // per slot(dst, ch)
   std::vector<std::deque<AwaitingAck>> awaitingAck_;  // per slot(dst, ch)
   std::vector<char> scratch_;  // single-copy chunks on their way into a reduction
+  std::vector<std::vector<PeerArena>> peerArenas_;  // per src, opened on first use
   std::vector<uint64_t> sendTail_;             // our cached tail of each outbound ring
   std::vector<Inbound> inbound_;                // per slot(src, ch)
   std::vector<uint64_t> recvHead_;             // our cached head of each inbound ring
@@ -184,6 +204,7 @@ class ShmTransport final : public Transport {
   std::atomic<bool> woken_{false};
   std::atomic<bool> failed_{false};
   std::atomic<uint64_t> sharedChunksWritten_{0};
+  std::atomic<uint64_t> peerMappedBytes_{0};
   mutable std::mutex errorMutex_;
   std::string error_;  // GUARDED_BY(errorMutex_): first error wins
 };

@@ -57,6 +57,27 @@ void* orKernelPtr(const void* device_ptr);
 // The device a pointer belongs to, or -1 for host memory.
 int orPointerDevice(const void* ptr);
 
+// ---- peer access: another process's device memory (~ cudaIpc*MemHandle) -----
+// Ranks on one host read each other's device memory the way CUDA processes do
+// through IPC handles over NVLink: the owner makes a handle, the reader opens
+// it once and then copies with plain loads. The handle names the owner's
+// memfd; opening maps all of it (through /proc/PID/fd, which needs the same
+// permission as ptrace), so one opening serves every later pointer into it.
+struct orIpcMemHandle {
+  int32_t pid = 0;          // the owning process
+  int32_t fd = -1;          // its memfd of the device's memory
+  uint64_t arenaBytes = 0;  // that memfd's size
+  uint64_t offset = 0;      // of the pointer within it
+};
+// orErrorInvalidValue unless ptr (a device or kernel pointer) is device memory.
+orError orIpcGetMemHandle(orIpcMemHandle* handle, const void* ptr);
+// Maps the whole device memory `handle` lies in, read-write; handle.offset
+// bytes past *base is the handle's pointer. The mapping keeps the memory
+// alive even if the owner exits; callers cache it per (pid, fd) and close it
+// with orIpcCloseMemHandle(base, handle.arenaBytes).
+orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle);
+orError orIpcCloseMemHandle(void* base, size_t arenaBytes);
+
 // ---- streams ---------------------------------------------------------------
 struct orStream_st;
 using orStream = orStream_st*;

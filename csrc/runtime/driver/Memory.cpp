@@ -6,14 +6,18 @@
 // Both mappings are made once, so launching a kernel costs no mprotect/mmap
 // syscall. Allocation inside the arena is first-fit over a sorted free list;
 // freed ranges are coalesced and their whole pages are punched out of the memfd
-// so the host gets the memory back.
+// so the host gets the memory back. The memfd stays open so that other
+// processes can map it (orIpcOpenMemHandle).
 #include "Internal.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <cstring>
+#include <string>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -30,6 +34,7 @@ struct DeviceArena {
   char* device_base = nullptr;  // PROT_NONE view
   char* kernel_base = nullptr;  // RW view
   size_t capacity = 0;
+  int fd = -1;  // the memfd, for peers (orIpcGetMemHandle)
 
   std::mutex mutex;
   std::map<size_t, size_t> free_ranges;  // offset -> size   (GUARDED_BY mutex)
@@ -47,14 +52,17 @@ orError mapArena(int device, DeviceArena& arena) {
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(capacity)) != 0) return orErrorMemoryAllocation;
   void* dev = mmap(nullptr, capacity, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   void* ker = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-  close(fd);  // the mappings keep the memory alive
-  if (dev == MAP_FAILED || ker == MAP_FAILED) return orErrorMemoryAllocation;
+  if (dev == MAP_FAILED || ker == MAP_FAILED) {
+    close(fd);
+    return orErrorMemoryAllocation;
+  }
   // Keep core dumps small: a 16 GiB simulated device must not be written out.
   madvise(dev, capacity, MADV_DONTDUMP);
   madvise(ker, capacity, MADV_DONTDUMP);
   arena.device_base = static_cast<char*>(dev);
   arena.kernel_base = static_cast<char*>(ker);
   arena.capacity = capacity;
+  arena.fd = fd;
   arena.free_ranges[0] = capacity;
   return orSuccess;
 }
@@ -175,6 +183,54 @@ int orPointerDevice(const void* ptr) {
   int device = -1;
   arenaOf(ptr, &device);
   return device;
+}
+
+orError orIpcGetMemHandle(orIpcMemHandle* handle, const void* ptr) {
+  OR_RETURN_IF_FORKED();
+  if (!handle || !ptr) return orErrorInvalidValue;
+  auto p = static_cast<const char*>(ptr);
+  for (int d = 0, n = orDeviceCount(); d < n; ++d) {
+    const DeviceArena& a = g_arenas[d];
+    if (!a.kernel_base) continue;
+    for (const char* base : {a.device_base, a.kernel_base}) {
+      if (p < base || p >= base + a.capacity) continue;
+      handle->pid = static_cast<int32_t>(getpid());
+      handle->fd = a.fd;
+      handle->arenaBytes = a.capacity;
+      handle->offset = static_cast<uint64_t>(p - base);
+      return orSuccess;
+    }
+  }
+  return orErrorInvalidValue;
+}
+
+orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle) {
+  if (!base || handle.fd < 0 || handle.offset >= handle.arenaBytes) return orErrorInvalidValue;
+  const std::string path =
+      "/proc/" + std::to_string(handle.pid) + "/fd/" + std::to_string(handle.fd);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return orErrorInvalidValue;
+  // The fd number must still name that process's device memory: a memfd of
+  // exactly the arena's size.
+  struct stat st{};
+  char link[64] = {};
+  const bool isArena = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                       static_cast<uint64_t>(st.st_size) == handle.arenaBytes &&
+                       readlink(path.c_str(), link, sizeof(link) - 1) > 0 &&
+                       std::strncmp(link, "/memfd:openreg-device-", 22) == 0;
+  void* p = isArena ? mmap(nullptr, handle.arenaBytes, PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_NORESERVE, fd, 0)
+                    : MAP_FAILED;
+  close(fd);
+  if (p == MAP_FAILED) return orErrorInvalidValue;
+  madvise(p, handle.arenaBytes, MADV_DONTDUMP);
+  *base = p;
+  return orSuccess;
+}
+
+orError orIpcCloseMemHandle(void* base, size_t arenaBytes) {
+  if (!base || munmap(base, arenaBytes) != 0) return orErrorInvalidValue;
+  return orSuccess;
 }
 
 }  // namespace openreg
