@@ -52,8 +52,16 @@ struct OpenRegStructured final : public Meta {
       TORCH_CHECK(outputs[i].sizes() == sizes, "output with shape ", outputs[i].sizes(),
                   " doesn't match the broadcast shape ", sizes);
     } else if (mode == OutputMode::kOut) {
-      // out= semantics: resize (with ATen's warning for non-empty outputs).
-      at::native::resize_output(outputs[i], sizes);
+      // out= semantics, as ATen's generated resize_out: resize (with ATen's
+      // warning for non-empty outputs), and only an output that was resized
+      // takes the meta function's layout (a channels-last or transposed
+      // input gives a like-laid-out result, as on the CPU).
+      if (at::native::resize_output(outputs[i], sizes)) {
+        if (!strides.empty())
+          outputs[i].as_strided_(sizes, strides);
+        else if (options.memory_format_opt().has_value())
+          outputs[i].unsafeGetTensorImpl()->empty_tensor_restride(*options.memory_format_opt());
+      }
     } else {
       // Straight to the caching allocator (no dispatcher round trip). An empty
       // stride hint means "contiguous", as in ATen's generated create_out.
