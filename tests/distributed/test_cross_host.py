@@ -329,7 +329,13 @@ def abort_behind_queued_data(rank, n, tmp):
     g = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=3 if rank == 0 else 60))
     dist.barrier(group=g)
     done = os.path.join(tmp, "rank1-done")
+    # Rank 1 must be past the barrier before it is stopped, or the failure
+    # lands in its barrier instead (seen on a loaded machine).
+    passed = os.path.join(tmp, "rank1-past-barrier")
     if rank == 0:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(passed) and time.monotonic() < deadline:
+            time.sleep(0.01)
         os.kill(pids[1], signal.SIGSTOP)
         try:
             dist.isend(torch.ones(64 << 20), 1, group=g)  # 256 MiB
@@ -340,6 +346,8 @@ def abort_behind_queued_data(rank, n, tmp):
         while not os.path.exists(done) and time.monotonic() < deadline:
             time.sleep(0.05)
     else:
+        open(passed, "w").close()
+        time.sleep(5)  # stopped meanwhile: its part of the all_reduce must not be sent before
         start = time.monotonic()
         msg = expect_dist_error(lambda: dist.all_reduce(torch.ones(2), group=g), "rank 0 failed")
         assert time.monotonic() - start < 30, (time.monotonic() - start, msg)
