@@ -51,7 +51,8 @@ void initBindings(py::module_& m) {
         d["rejected"] = i.rejected;
         d["single_copy"] = i.singleCopy;
         d["shared_chunks_written"] = i.sharedChunksWritten;
-        d["peer_mapped_bytes"] = i.peerMappedBytes;
+        d["peer_mapped_read"] = i.peerMappedRead;
+        d["peer_mapped_written"] = i.peerMappedWritten;
         d["splits"] = i.splits;
         return d;
       });

@@ -631,12 +631,14 @@ OregBackend::NetworkInfo OregBackend::networkInfo() const {
     if (routed->shm()) {
       info.singleCopy = routed->shm()->singleCopy();
       info.sharedChunksWritten = routed->shm()->sharedChunksWritten();
-      info.peerMappedBytes = routed->shm()->peerMappedBytes();
+      info.peerMappedRead = routed->shm()->peerMappedRead();
+      info.peerMappedWritten = routed->shm()->peerMappedWritten();
     }
   } else if (auto* shm = dynamic_cast<ShmTransport*>(transport_.get())) {
     info.singleCopy = shm->singleCopy();
     info.sharedChunksWritten = shm->sharedChunksWritten();
-    info.peerMappedBytes = shm->peerMappedBytes();
+    info.peerMappedRead = shm->peerMappedRead();
+    info.peerMappedWritten = shm->peerMappedWritten();
   }
   return info;
 }

@@ -153,7 +153,8 @@ class OregBackend final : public c10d::Backend {
     uint64_t rejected = 0;     // messages dropped as not belonging to the group
     bool singleCopy = false;   // same-host messages read straight from the sender (ShmTransport.h)
     uint64_t sharedChunksWritten = 0;  // of peers' shared copies, by this rank (ShmTransport.h)
-    uint64_t peerMappedBytes = 0;      // copied through mapped peer device memory (ShmTransport.h)
+    uint64_t peerMappedRead = 0;       // bytes read from mapped peer device memory (ShmTransport.h)
+    uint64_t peerMappedWritten = 0;    // bytes written into it
     uint64_t splits = 0;       // backends split() built from this one
   };
   NetworkInfo networkInfo() const;

@@ -96,7 +96,10 @@ std::string RoutedTransport::failure() const {
   return f;
 }
 
-void RoutedTransport::shutdown() { zmq_->shutdown(); }
+void RoutedTransport::shutdown() {
+  zmq_->shutdown();
+  if (shm_) shm_->shutdown();
+}
 
 void RoutedTransport::quiesce() {
   if (shm_) shm_->quiesce();

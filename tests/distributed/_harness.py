@@ -60,7 +60,7 @@ def shm_objects(pids):
 def info_of(group=None, device="cpu"):
     """oreg_ccl's view of a group (backend._network_info()): topology,
     host_count, endpoint, group_id, rejected, single_copy, shared_chunks_written,
-    peer_mapped_bytes, splits."""
+    peer_mapped_read, peer_mapped_written, splits."""
     return (group or dist.group.WORLD)._get_backend(torch.device(device))._network_info()
 
 
@@ -81,6 +81,21 @@ def single_copy_allowed():
         "sys.exit(0 if n == 10 and out.raw == b'oreg-probe' else 1)\n"
     )
     return subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+@functools.lru_cache(maxsize=None)
+def peer_mapping_allowed():
+    """Whether one process may open another's memfd through /proc/PID/fd, as
+    oreg_ccl's copies out of a peer's device memory need (hidepid or an LSM
+    can forbid it where process_vm_readv works)."""
+    fd = os.memfd_create("oreg-probe")
+    try:
+        os.ftruncate(fd, 4096)
+        code = f"import os\nos.close(os.open('/proc/{os.getpid()}/fd/{fd}', os.O_RDWR))\n"
+        return subprocess.run([sys.executable, "-c", code], timeout=60,
+                              stderr=subprocess.DEVNULL).returncode == 0
+    finally:
+        os.close(fd)
 
 
 def spawn(fn, world_size, tmp_path, *args, timeout=120, pg_timeout=30, init=True, env=None,

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import ReduceOp
 
-from _harness import info_of, single_copy_allowed, spawn
+from _harness import info_of, peer_mapping_allowed, single_copy_allowed, spawn
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
@@ -275,7 +275,7 @@ def large_messages(rank, n, single_copy, peer_mapping=False):
     # which a peer copies through its mapping of it (peer_mapping) rather than
     # with process_vm_readv/writev.
     for device in [torch.device("cpu"), torch.device("openreg", rank)]:
-        mapped_before = info_of()["peer_mapped_bytes"]
+        before = info_of()
         for dtype in [torch.float32, torch.bfloat16]:
             ins = [make(r, (n * 700_001,), dtype, 7 + r) for r in range(n)]
             t = ins[rank].to(device, copy=True)
@@ -303,7 +303,8 @@ def large_messages(rank, n, single_copy, peer_mapping=False):
             # a peer still copies: give a loaded machine time.
             deadline = time.monotonic() + 20
             while True:
-                shown = torch.tensor([int(rank == 0 and info_of()["shared_chunks_written"] > 0),
+                chunks = info_of()["shared_chunks_written"] - before["shared_chunks_written"]
+                shown = torch.tensor([int(rank == 0 and chunks > 0),
                                       int(time.monotonic() > deadline)])
                 dist.all_reduce(shown, op=ReduceOp.MAX)
                 if shown[0]:
@@ -328,11 +329,15 @@ def large_messages(rank, n, single_copy, peer_mapping=False):
         dist.all_reduce(view)
         check(view, reference(ins, "SUM", torch.float32), "allreduce, offset view")
         assert base[:3].eq(0).all().item()
-        mapped = info_of()["peer_mapped_bytes"] - mapped_before
+        after = info_of()
+        read = after["peer_mapped_read"] - before["peer_mapped_read"]
+        written = after["peer_mapped_written"] - before["peer_mapped_written"]
         if device.type == "openreg" and single_copy and peer_mapping:
-            assert mapped > 0, "no payload was copied through mapped device memory"
+            assert read > 0, "no payload was read through mapped device memory"
+            if rank == 0:  # the broadcast root's part of the shared copies
+                assert written > 0, "no shared-copy chunk was written into mapped device memory"
         else:
-            assert mapped == 0, f"{mapped} bytes copied through mapped memory on {device}"
+            assert read == written == 0, f"{read}/{written} bytes through mapped memory on {device}"
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -342,7 +347,7 @@ def test_single_copy_every_collective_and_large_messages(tmp_path, world_size):
     spawn(matrix, world_size, tmp_path, timeout=200, env={"OREG_CCL_SINGLE_COPY_BYTES": "64"})
     (tmp_path / "large").mkdir()
     spawn(large_messages, world_size, tmp_path / "large", single_copy_allowed(),
-          single_copy_allowed(), timeout=200)
+          single_copy_allowed() and peer_mapping_allowed(), timeout=200)
 
 
 def test_large_messages_through_the_ring_only(tmp_path):
@@ -352,6 +357,8 @@ def test_large_messages_through_the_ring_only(tmp_path):
 def test_large_device_messages_without_peer_mapping(tmp_path):
     # Device memory read and written with process_vm_readv/writev, as when a
     # peer's memory cannot be mapped.
+    if not single_copy_allowed():
+        pytest.skip("process_vm_readv between processes is not permitted here")
     spawn(large_messages, 2, tmp_path, single_copy_allowed(), False, timeout=200,
           env={"OREG_CCL_PEER_MAPPING": "0"})
 

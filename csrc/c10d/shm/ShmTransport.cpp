@@ -19,13 +19,12 @@
 #include <thread>
 
 #include "../Config.h"
-#include "../../runtime/driver/Driver.h"
 
 namespace openreg::ccl {
 
 constexpr size_t kHeaderArea = 4096;
 constexpr size_t kMessageHeader = 128;
-constexpr uint32_t kMagic = 0x0CC1u;
+constexpr uint32_t kMagic = 0x0CC2u;  // changes with the header's layout
 constexpr size_t kFailureChars = 1024;
 
 struct ShmSegmentHeader {
@@ -55,6 +54,7 @@ struct ShmRing {
   // A destination in openreg device memory: its IPC handle (fd -1 otherwise),
   // so the writer copies into its mapping of it instead of process_vm_writev.
   std::atomic<int64_t> destinationFd;
+  std::atomic<uint64_t> destinationInode;
   std::atomic<uint64_t> destinationArenaBytes;
   std::atomic<uint64_t> destinationOffset;
   char data[] __attribute__((aligned(64)));
@@ -67,12 +67,13 @@ struct ShmMessageHeader {
   uint64_t senderAddress;  // of a single-copy payload in the sender's memory, else 0
   // A single-copy payload in openreg device memory: the driver's IPC handle
   // (arenaFd -1 otherwise), so the receiver can map it instead.
+  uint64_t arenaInode;
   uint64_t arenaBytes;
   uint64_t arenaOffset;
   int32_t arenaFd;
   uint32_t src;
   uint32_t magic;
-  char what[kMessageHeader - 52];
+  char what[kMessageHeader - 60];
 };
 static_assert(sizeof(ShmMessageHeader) == kMessageHeader);
 
@@ -266,9 +267,7 @@ void ShmTransport::createOwnSegment(const std::string& name) {
 }
 
 ShmTransport::~ShmTransport() {
-  for (auto& arenas : peerArenas_)
-    for (auto& a : arenas)
-      if (a.base) orIpcCloseMemHandle(a.base, a.bytes);
+  unmapPeerArenas();
   for (auto& m : maps_)
     if (m.base) munmap(m.base, m.bytes);
   if (!ownName_.empty()) shm_unlink(ownName_.c_str());
@@ -314,6 +313,7 @@ RequestPtr ShmTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
   orIpcMemHandle device;
   if (single && config().peerMapping && orIpcGetMemHandle(&device, data) == orSuccess) {
     h->arenaFd = device.fd;
+    h->arenaInode = device.inode;
     h->arenaBytes = device.arenaBytes;
     h->arenaOffset = device.offset;
   }
@@ -460,14 +460,17 @@ bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
       // Our claim holds the offer open, so `destination` is this message's.
       const size_t off = i * kShareChunk, n = std::min(kShareChunk, a.bytes - off);
       char* to = reinterpret_cast<char*>(rg->destination.load(std::memory_order_relaxed)) + off;
-      char* mapped = peerMemory(dst, rg->destinationFd.load(std::memory_order_relaxed),
-                                rg->destinationArenaBytes.load(std::memory_order_relaxed),
-                                rg->destinationOffset.load(std::memory_order_relaxed), a.bytes);
+      orIpcMemHandle device;
+      device.fd = static_cast<int32_t>(rg->destinationFd.load(std::memory_order_relaxed));
+      device.inode = rg->destinationInode.load(std::memory_order_relaxed);
+      device.arenaBytes = rg->destinationArenaBytes.load(std::memory_order_relaxed);
+      device.offset = rg->destinationOffset.load(std::memory_order_relaxed);
+      char* mapped = config().peerMapping ? peerMemory(dst, device, a.bytes) : nullptr;
       for (size_t put = 0; put < n && !offerClosed(rg->claim, a.seq);) {
         const size_t piece = std::min(kSharePiece, n - put);
         if (mapped) {
           std::memcpy(mapped + off + put, a.data + off + put, piece);
-          peerMappedBytes_.fetch_add(piece, std::memory_order_relaxed);
+          peerMappedWritten_.fetch_add(piece, std::memory_order_relaxed);
           put += piece;
           continue;
         }
@@ -507,7 +510,7 @@ void ShmTransport::readFromSender(int src, Channel ch, const Inbound& in) {
       const size_t n = std::min(in.bytes - off, chunk);
       if (!direct && in.peerMemory) {  // a reduction reads the peer's memory in place
         in.recv->sink(in.peerMemory + off, off, n);
-        peerMappedBytes_.fetch_add(n, std::memory_order_relaxed);
+        peerMappedRead_.fetch_add(n, std::memory_order_relaxed);
         off += n;
         continue;
       }
@@ -527,31 +530,39 @@ void ShmTransport::failPeerIo(int err, const std::string& action, int peer, pid_
        true);
 }
 
-char* ShmTransport::peerMemory(int peer, int64_t fd, uint64_t arenaBytes, uint64_t offset,
-                               uint64_t bytes) {
-  if (fd < 0 || offset > arenaBytes || bytes > arenaBytes - offset) return nullptr;
+char* ShmTransport::peerMemory(int peer, orIpcMemHandle handle, uint64_t bytes) {
+  if (handle.fd < 0 || handle.offset > handle.arenaBytes || bytes > handle.arenaBytes - handle.offset)
+    return nullptr;
   auto& arenas = peerArenas_[peer];
   auto it = std::find_if(arenas.begin(), arenas.end(), [&](const PeerArena& a) {
-    return a.fd == fd && a.bytes == arenaBytes;
+    return a.fd == handle.fd && a.inode == handle.inode && a.bytes == handle.arenaBytes;
   });
   if (it == arenas.end()) {
     // Opened once per peer arena; one that cannot be opened (permissions) is
     // remembered too, and its messages go through process_vm_readv/writev.
-    orIpcMemHandle handle;
     handle.pid = maps_[peer].header()->pid;
-    handle.fd = static_cast<int32_t>(fd);
-    handle.arenaBytes = arenaBytes;
     void* base = nullptr;
     if (orIpcOpenMemHandle(&base, handle) != orSuccess) base = nullptr;
-    it = arenas.insert(arenas.end(), PeerArena{handle.fd, arenaBytes, static_cast<char*>(base)});
+    it = arenas.insert(arenas.end(), PeerArena{handle.fd, handle.inode, handle.arenaBytes,
+                                               static_cast<char*>(base)});
   }
-  return it->base ? it->base + offset : nullptr;
+  return it->base ? it->base + handle.offset : nullptr;
 }
+
+void ShmTransport::unmapPeerArenas() {
+  for (auto& arenas : peerArenas_) {
+    for (auto& a : arenas)
+      if (a.base) orIpcCloseMemHandle(a.base, a.bytes);
+    arenas.clear();
+  }
+}
+
+void ShmTransport::shutdown() { unmapPeerArenas(); }
 
 void ShmTransport::readPeer(int src, const Inbound& in, char* to, size_t off, size_t n) {
   if (in.peerMemory) {
     std::memcpy(to, in.peerMemory + off, n);
-    peerMappedBytes_.fetch_add(n, std::memory_order_relaxed);
+    peerMappedRead_.fetch_add(n, std::memory_order_relaxed);
     return;
   }
   const pid_t pid = maps_[src].header()->pid;
@@ -576,6 +587,7 @@ void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in) {
   orIpcMemHandle device;
   const bool onDevice = config().peerMapping && orIpcGetMemHandle(&device, dest) == orSuccess;
   rg->destinationFd.store(onDevice ? device.fd : -1, std::memory_order_relaxed);
+  rg->destinationInode.store(onDevice ? device.inode : 0, std::memory_order_relaxed);
   rg->destinationArenaBytes.store(onDevice ? device.arenaBytes : 0, std::memory_order_relaxed);
   rg->destinationOffset.store(onDevice ? device.offset : 0, std::memory_order_relaxed);
   rg->claim.store(claimWord(number, 0), std::memory_order_release);
@@ -630,8 +642,14 @@ bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessa
   in.tag = h.tag;
   in.bytes = h.bytes;
   in.senderAddress = h.senderAddress;
-  if (h.senderAddress && h.arenaFd >= 0)
-    in.peerMemory = peerMemory(src, h.arenaFd, h.arenaBytes, h.arenaOffset, h.bytes);
+  if (h.senderAddress && h.arenaFd >= 0 && config().peerMapping) {
+    orIpcMemHandle device;
+    device.fd = h.arenaFd;
+    device.inode = h.arenaInode;
+    device.arenaBytes = h.arenaBytes;
+    device.offset = h.arenaOffset;
+    in.peerMemory = peerMemory(src, device, h.bytes);
+  }
   if (ch == Channel::kCollective) {
     auto& q = collRecvs_[src];
     if (q.empty()) return false;  // not expected yet: leave it in the ring

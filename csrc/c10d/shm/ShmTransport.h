@@ -51,6 +51,7 @@
 #include <mutex>
 #include <vector>
 
+#include "../../runtime/driver/Driver.h"
 #include "../Transport.h"
 
 namespace openreg::ccl {
@@ -82,13 +83,17 @@ class ShmTransport final : public Transport {
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;
   void quiesce() override;
+  // Unmaps the peers' device memory this rank mapped (a peer that exited
+  // stays resident while mapped).
+  void shutdown() override;
   // Large collective messages are read straight from the sender (see above).
   bool singleCopy() const { return singleCopyBytes_ > 0; }
   // Chunks of peers' shared copies this rank wrote (any thread; for tests).
   uint64_t sharedChunksWritten() const { return sharedChunksWritten_.load(std::memory_order_relaxed); }
-  // Payload bytes this rank copied through its mapping of a peer's device
-  // memory (any thread; for tests).
-  uint64_t peerMappedBytes() const { return peerMappedBytes_.load(std::memory_order_relaxed); }
+  // Payload bytes this rank read from / wrote into its mapping of a peer's
+  // device memory (any thread; for tests).
+  uint64_t peerMappedRead() const { return peerMappedRead_.load(std::memory_order_relaxed); }
+  uint64_t peerMappedWritten() const { return peerMappedWritten_.load(std::memory_order_relaxed); }
 
  private:
   struct Mapping {
@@ -133,6 +138,7 @@ class ShmTransport final : public Transport {
   // A peer's device memory mapped into this process (base null: cannot be).
   struct PeerArena {
     int fd;
+    uint64_t inode;
     uint64_t bytes;
     char* base;
   };
@@ -157,9 +163,10 @@ class ShmTransport final : public Transport {
   void arrived(int src, Unexpected* u);
   // Fails the group: process_vm_readv/writev to `peer` failed with `err`.
   [[noreturn]] void failPeerIo(int err, const std::string& action, int peer, pid_t pid);
-  // Where `bytes` at `offset` of a peer's device memory (its memfd `fd` of
-  // `arenaBytes`) are mapped here; null: use process_vm_readv/writev.
-  char* peerMemory(int peer, int64_t fd, uint64_t arenaBytes, uint64_t offset, uint64_t bytes);
+  // Where `bytes` at `handle` (the peer's device memory; its pid is taken
+  // from the peer's segment) are mapped here; null: use process_vm_readv/writev.
+  char* peerMemory(int peer, orIpcMemHandle handle, uint64_t bytes);
+  void unmapPeerArenas();
   // Bytes [off, off + n) of the sender's payload into `to`: a memcpy from its
   // mapped device memory, else process_vm_readv.
   void readPeer(int src, const Inbound& in, char* to, size_t off, size_t n);
@@ -204,7 +211,8 @@ class ShmTransport final : public Transport {
   std::atomic<bool> woken_{false};
   std::atomic<bool> failed_{false};
   std::atomic<uint64_t> sharedChunksWritten_{0};
-  std::atomic<uint64_t> peerMappedBytes_{0};
+  std::atomic<uint64_t> peerMappedRead_{0};
+  std::atomic<uint64_t> peerMappedWritten_{0};
   mutable std::mutex errorMutex_;
   std::string error_;  // GUARDED_BY(errorMutex_): first error wins
 };

@@ -63,18 +63,21 @@ int orPointerDevice(const void* ptr);
 // it once and then copies with plain loads. The handle names the owner's
 // memfd; opening maps all of it (through /proc/PID/fd, which needs the same
 // permission as ptrace), so one opening serves every later pointer into it.
+// The memfd's inode identifies it: a reused pid or fd number names another
+// file, and opening fails.
 struct orIpcMemHandle {
   int32_t pid = 0;          // the owning process
   int32_t fd = -1;          // its memfd of the device's memory
-  uint64_t arenaBytes = 0;  // that memfd's size
+  uint64_t inode = 0;       // that memfd's
+  uint64_t arenaBytes = 0;  // and its size
   uint64_t offset = 0;      // of the pointer within it
 };
 // orErrorInvalidValue unless ptr (a device or kernel pointer) is device memory.
 orError orIpcGetMemHandle(orIpcMemHandle* handle, const void* ptr);
-// Maps the whole device memory `handle` lies in, read-write; handle.offset
-// bytes past *base is the handle's pointer. The mapping keeps the memory
-// alive even if the owner exits; callers cache it per (pid, fd) and close it
-// with orIpcCloseMemHandle(base, handle.arenaBytes).
+// Maps the whole device memory `handle` lies in, read-write (not inherited by
+// fork children); handle.offset bytes past *base is the handle's pointer. The
+// mapping keeps the memory alive even if the owner exits; callers cache it per
+// (pid, fd, inode) and close it with orIpcCloseMemHandle(base, handle.arenaBytes).
 orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle);
 orError orIpcCloseMemHandle(void* base, size_t arenaBytes);
 

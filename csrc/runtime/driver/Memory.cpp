@@ -35,6 +35,7 @@ struct DeviceArena {
   char* kernel_base = nullptr;  // RW view
   size_t capacity = 0;
   int fd = -1;  // the memfd, for peers (orIpcGetMemHandle)
+  uint64_t inode = 0;
 
   std::mutex mutex;
   std::map<size_t, size_t> free_ranges;  // offset -> size   (GUARDED_BY mutex)
@@ -63,6 +64,8 @@ orError mapArena(int device, DeviceArena& arena) {
   arena.kernel_base = static_cast<char*>(ker);
   arena.capacity = capacity;
   arena.fd = fd;
+  struct stat st{};
+  if (fstat(fd, &st) == 0) arena.inode = st.st_ino;
   arena.free_ranges[0] = capacity;
   return orSuccess;
 }
@@ -196,6 +199,7 @@ orError orIpcGetMemHandle(orIpcMemHandle* handle, const void* ptr) {
       if (p < base || p >= base + a.capacity) continue;
       handle->pid = static_cast<int32_t>(getpid());
       handle->fd = a.fd;
+      handle->inode = a.inode;
       handle->arenaBytes = a.capacity;
       handle->offset = static_cast<uint64_t>(p - base);
       return orSuccess;
@@ -210,13 +214,15 @@ orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle) {
       "/proc/" + std::to_string(handle.pid) + "/fd/" + std::to_string(handle.fd);
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return orErrorInvalidValue;
-  // The fd number must still name that process's device memory: a memfd of
-  // exactly the arena's size.
+  // What was opened must be the handle's device memory: an openreg memfd
+  // with its inode and size (after a pid or fd number was reused, it is not).
   struct stat st{};
   char link[64] = {};
+  const std::string opened = "/proc/self/fd/" + std::to_string(fd);
   const bool isArena = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+                       static_cast<uint64_t>(st.st_ino) == handle.inode &&
                        static_cast<uint64_t>(st.st_size) == handle.arenaBytes &&
-                       readlink(path.c_str(), link, sizeof(link) - 1) > 0 &&
+                       readlink(opened.c_str(), link, sizeof(link) - 1) > 0 &&
                        std::strncmp(link, "/memfd:openreg-device-", 22) == 0;
   void* p = isArena ? mmap(nullptr, handle.arenaBytes, PROT_READ | PROT_WRITE,
                            MAP_SHARED | MAP_NORESERVE, fd, 0)
@@ -224,6 +230,7 @@ orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle) {
   close(fd);
   if (p == MAP_FAILED) return orErrorInvalidValue;
   madvise(p, handle.arenaBytes, MADV_DONTDUMP);
+  madvise(p, handle.arenaBytes, MADV_DONTFORK);  // a fork child must not pin a peer's memory
   *base = p;
   return orSuccess;
 }
