@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "Config.h"
+#include "Copy.h"
 #include "Errors.h"
 
 namespace openreg::ccl {
@@ -270,7 +271,7 @@ void allgather(Collective& c, const void* in, void* out, size_t bytes) {
   if (c.topology && c.topology->uniform()) return allgatherHierarchical(c, in, out, bytes);
   const int n = c.size(), r = c.rank();
   char* o = static_cast<char*>(out);
-  if (o + r * bytes != in) std::memcpy(o + r * bytes, in, bytes);
+  if (o + r * bytes != in) copyMessage(o + r * bytes, in, bytes, bytes);
   std::vector<RequestPtr> reqs;
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;
@@ -314,7 +315,7 @@ void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffs
   const int n = c.size(), r = c.rank();
   TORCH_CHECK(sendBytes[r] == recvBytes[r], "oreg_ccl: alltoall: rank ", r, " sends itself ",
               sendBytes[r], " bytes but expects ", recvBytes[r]);
-  std::memcpy(out + recvOffsets[r], in + sendOffsets[r], sendBytes[r]);
+  copyMessage(out + recvOffsets[r], in + sendOffsets[r], sendBytes[r], sendBytes[r]);
   std::vector<RequestPtr> reqs;
   for (int p = 0; p < n; ++p) {
     if (p == r) continue;

@@ -13,6 +13,8 @@
 //                            the sender's device memory mapped into the receiver (the
 //                            driver's IPC handles) instead of process_vm_readv (default 1;
 //                            0 = never)
+//   OREG_CCL_STREAMING_COPY_BYTES  payloads of messages at least this large are copied with
+//                            non-temporal stores (Copy.h)                (default 8 MiB; 0 = never)
 //   OREG_CCL_ONESHOT_BYTES   allreduce at or below this size uses the one-shot algorithm,
 //                            above it reduce-scatter + all-gather        (default 64 KiB)
 //   OREG_CCL_ZMQ_CHUNK_BYTES messages between hosts travel in chunks of this size, so the
@@ -42,6 +44,7 @@ struct Config {
   size_t p2pRingBytes = envBytes("OREG_CCL_P2P_RING_BYTES", 256 << 10);
   size_t singleCopyBytes = envBytes("OREG_CCL_SINGLE_COPY_BYTES", 256 << 10);
   bool peerMapping = envBytes("OREG_CCL_PEER_MAPPING", 1) != 0;
+  size_t streamingCopyBytes = envBytes("OREG_CCL_STREAMING_COPY_BYTES", 8 << 20);
   size_t oneShotBytes = envBytes("OREG_CCL_ONESHOT_BYTES", 64 << 10);
   size_t zmqChunkBytes = envBytes("OREG_CCL_ZMQ_CHUNK_BYTES", 512 << 10);
   int zmqIoThreads =

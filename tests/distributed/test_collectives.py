@@ -343,8 +343,10 @@ def large_messages(rank, n, single_copy, peer_mapping=False):
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_single_copy_every_collective_and_large_messages(tmp_path, world_size):
     # A 64-byte threshold sends nearly every message of the matrix through the
-    # single-copy path (read straight from the sender's memory).
-    spawn(matrix, world_size, tmp_path, timeout=200, env={"OREG_CCL_SINGLE_COPY_BYTES": "64"})
+    # single-copy path (read straight from the sender's memory), and copies
+    # them (and own blocks) with streaming stores, at every size and alignment.
+    spawn(matrix, world_size, tmp_path, timeout=200,
+          env={"OREG_CCL_SINGLE_COPY_BYTES": "64", "OREG_CCL_STREAMING_COPY_BYTES": "64"})
     (tmp_path / "large").mkdir()
     spawn(large_messages, world_size, tmp_path / "large", single_copy_allowed(),
           single_copy_allowed() and peer_mapping_allowed(), timeout=200)

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "../Config.h"
+#include "../Copy.h"
 
 namespace openreg::ccl {
 
@@ -469,7 +470,7 @@ bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
       for (size_t put = 0; put < n && !offerClosed(rg->claim, a.seq);) {
         const size_t piece = std::min(kSharePiece, n - put);
         if (mapped) {
-          std::memcpy(mapped + off + put, a.data + off + put, piece);
+          copyMessage(mapped + off + put, a.data + off + put, piece, a.bytes);
           peerMappedWritten_.fetch_add(piece, std::memory_order_relaxed);
           put += piece;
           continue;
@@ -561,7 +562,7 @@ void ShmTransport::shutdown() { unmapPeerArenas(); }
 
 void ShmTransport::readPeer(int src, const Inbound& in, char* to, size_t off, size_t n) {
   if (in.peerMemory) {
-    std::memcpy(to, in.peerMemory + off, n);
+    copyMessage(to, in.peerMemory + off, n, in.bytes);
     peerMappedRead_.fetch_add(n, std::memory_order_relaxed);
     return;
   }
