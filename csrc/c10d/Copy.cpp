@@ -1,6 +1,8 @@
 #include "Copy.h"
 
+#if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdint>
@@ -11,6 +13,7 @@
 namespace openreg::ccl {
 namespace {
 
+#if defined(__SSE2__)
 void streamingCopy(char* dst, const char* src, size_t n) {
   // Streaming stores need a 16-byte aligned destination: memcpy the head.
   const size_t head = std::min(n, (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16);
@@ -32,6 +35,9 @@ void streamingCopy(char* dst, const char* src, size_t n) {
   // publishes the copy (a release store of a counter) can be seen.
   _mm_sfence();
 }
+#else
+void streamingCopy(char* dst, const char* src, size_t n) { std::memcpy(dst, src, n); }
+#endif
 
 }  // namespace
 

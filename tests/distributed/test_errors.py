@@ -30,6 +30,9 @@ def mismatches(rank, n):
         lambda: dist.all_reduce(torch.ones(4, dtype=torch.float32 if rank == 0 else torch.int32), group=g),
         lambda: (dist.all_reduce(torch.ones(4), group=g) if rank == 0
                  else dist.broadcast(torch.ones(4), src=0, group=g)),  # op types
+        # A long description (a coalesced list): the difference is at its end.
+        lambda: dist.all_reduce_coalesced([torch.ones(1000) for _ in range(4)], group=g,
+                                          op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX),
     ]
     for case in cases:
         g = dist.new_group(list(range(n)))

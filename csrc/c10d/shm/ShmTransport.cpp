@@ -24,8 +24,10 @@
 namespace openreg::ccl {
 
 constexpr size_t kHeaderArea = 4096;
-constexpr size_t kMessageHeader = 128;
-constexpr uint32_t kMagic = 0x0CC2u;  // changes with the header's layout
+// Room for the operation's description that receivers compare (a coalesced
+// operation's list of tensors is long); a multiple of 64 keeps payloads aligned.
+constexpr size_t kMessageHeader = 192;
+constexpr uint32_t kMagic = 0x0CC3u;  // changes with the header's layout
 constexpr size_t kFailureChars = 1024;
 
 struct ShmSegmentHeader {

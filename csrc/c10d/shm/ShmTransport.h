@@ -4,7 +4,7 @@
 // channel, a single-producer/single-consumer byte ring (head written by the
 // reader, tail by the writer). A sender copies into the receiver's ring; the
 // receiver's Sink consumes straight out of it (reductions read shared memory
-// directly). Messages are a 128-byte header then the payload padded to 64
+// directly). Messages are a 192-byte header then the payload padded to 64
 // bytes, so every piece a Sink sees starts element-aligned.
 //
 // Single copy: a message of at least OREG_CCL_SINGLE_COPY_BYTES
@@ -103,7 +103,7 @@ class ShmTransport final : public Transport {
   };
   struct PendingSend {
     RequestPtr req;
-    std::vector<char> header;  // the 128-byte ShmMessageHeader
+    std::vector<char> header;  // the ShmMessageHeader
     const char* data;
     size_t bytes;
     bool singleCopy;     // only the header goes through the ring
