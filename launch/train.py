@@ -237,7 +237,8 @@ def load_checkpoint(root, model, opt) -> int:
 # ---- the job ---------------------------------------------------------------
 
 def collective_seconds() -> float:
-    """Time oreg_ccl's workers spent in collectives so far (0 for other backends)."""
+    """Wall time this process spent with an oreg_ccl collective running, over all groups (0 for
+    other backends)."""
     try:
         from openreg import _C
         return _C._ccl_busy_seconds()

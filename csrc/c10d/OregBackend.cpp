@@ -327,11 +327,34 @@ void OregBackend::workerLoop() {
 }
 
 namespace {
-// Time workers spent executing collectives, all groups of this process.
-std::atomic<int64_t> g_busy_ns{0};
+// Wall time during which at least one collective of this process ran, over
+// all its groups: HSDP's two groups run collectives at once, and summing each
+// worker's time would count that time twice.
+struct BusyClock {
+  std::mutex mutex;
+  int active = 0;                // GUARDED_BY(mutex)
+  Clock::time_point since;       // GUARDED_BY(mutex): when `active` became non-zero
+  Clock::duration total{};       // GUARDED_BY(mutex): of earlier busy spans
+};
+BusyClock g_busy;
+
+struct BusySpan {
+  BusySpan() {
+    std::lock_guard<std::mutex> g(g_busy.mutex);
+    if (g_busy.active++ == 0) g_busy.since = Clock::now();
+  }
+  ~BusySpan() {
+    std::lock_guard<std::mutex> g(g_busy.mutex);
+    if (--g_busy.active == 0) g_busy.total += Clock::now() - g_busy.since;
+  }
+};
 }  // namespace
 
-double collectiveBusySeconds() { return static_cast<double>(g_busy_ns.load()) / 1e9; }
+double collectiveBusySeconds() {
+  std::lock_guard<std::mutex> g(g_busy.mutex);
+  auto busy = g_busy.total + (g_busy.active ? Clock::now() - g_busy.since : Clock::duration{});
+  return std::chrono::duration<double>(busy).count();
+}
 
 void OregBackend::runOp(Op& op) {
   if (broken_) {
@@ -362,9 +385,10 @@ void OregBackend::runOp(Op& op) {
       inflight_.push_back({req, op.kept, c.deadline, op.what});
       hasInflight_.store(true, std::memory_order_release);
     } else {
-      auto start = Clock::now();  // stream dependencies met: the collective itself
-      op.body(c);
-      g_busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+      {
+        BusySpan busy;  // stream dependencies met: the collective itself
+        op.body(c);
+      }
       op.kept = op.work->complete(nullptr);
     }
     sweepInFlight();

@@ -44,9 +44,10 @@
 
 namespace openreg::ccl {
 
-// Seconds this process's oreg_ccl workers spent executing collectives (from
-// the moment a collective's stream dependencies were met until it finished),
-// summed over all groups. Exposed as openreg._C._ccl_busy_seconds().
+// Seconds during which this process ran at least one collective (each from
+// the moment its stream dependencies were met until it finished), over all
+// groups: time two groups' collectives overlap counts once. Exposed as
+// openreg._C._ccl_busy_seconds().
 double collectiveBusySeconds();
 
 class OregBackend final : public c10d::Backend {

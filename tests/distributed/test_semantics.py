@@ -184,6 +184,30 @@ def test_host_tensor_sync_calls_inline_async_calls_stay_async(tmp_path):
     spawn(host_tensor_calls, 3, tmp_path)
 
 
+def busy_time_of_two_groups(rank, n):
+    # Two groups' collectives at once (as HSDP's shard and replicate groups):
+    # the reported busy time is the wall time during which a collective ran,
+    # not the sum of both groups' times.
+    from openreg import _C
+
+    other = dist.new_group(list(range(n)))
+    a, b = torch.ones(8 << 20), torch.ones(8 << 20)  # 32 MiB each: milliseconds per call
+    dist.barrier()
+    before, start = _C._ccl_busy_seconds(), time.perf_counter()
+    for _ in range(5):
+        works = [dist.all_reduce(a, async_op=True), dist.all_reduce(b, group=other, async_op=True)]
+        for w in works:
+            w.wait()
+    wall = time.perf_counter() - start
+    busy = _C._ccl_busy_seconds() - before
+    assert 0 < busy <= wall + 1e-3, (busy, wall)
+    assert a[0].item() == b[0].item() == n**5
+
+
+def test_busy_time_counts_overlapping_groups_once(tmp_path):
+    spawn(busy_time_of_two_groups, 2, tmp_path)
+
+
 def groups(rank, n):
     dev = torch.device("openreg", rank)
     # new_subgroups: [0, 1], [2, 3].
