@@ -22,6 +22,7 @@
 // result fits the output allocated from Meta. Conformance: tests/ops.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/op_registration/op_registration.h>
 #include <ATen/ops/empty.h>
@@ -637,6 +638,51 @@ void runCached(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n
   for (auto& r : results) stack->push_back(std::move(r));
 }
 
+// A pointwise op's CPU (and CUDA) kernel resizes an out= argument to the
+// layout TensorIterator computes from the inputs (a transposed or
+// channels-last input gives a like-laid-out result); some Meta kernels (Python
+// decompositions) resize it contiguous. Gives each out= argument the Meta
+// kernel resized that layout, so the device tensor matches the CPU's.
+void outLayoutAsTensorIterator(const c10::OperatorHandle& op, const PreparedCall& meta_call) {
+  if (!op.hasTag(at::Tag::pointwise)) return;
+  const auto& schema = op.schema();
+  std::vector<size_t> outs;  // indices into meta_call.converted
+  std::vector<at::Tensor> inputs;
+  for (size_t i = 0; i < meta_call.args.size() && i < schema.arguments().size(); ++i) {
+    const IValue& a = meta_call.args[i];
+    if (!containsTensor(a)) continue;
+    if (!a.isTensor()) return;  // tensor lists: not TensorIterator's shape
+    if (!schema.arguments()[i].is_out()) {
+      if (a.toTensor().defined()) inputs.push_back(a.toTensor());
+      continue;
+    }
+    for (size_t j = 0; j < meta_call.converted.size(); ++j) {
+      if (meta_call.converted[j].unsafeGetTensorImpl() != a.toTensor().unsafeGetTensorImpl())
+        continue;
+      if (meta_call.originals[j].sizes() == meta_call.converted[j].sizes()) return;  // kept
+      outs.push_back(j);
+    }
+  }
+  if (outs.empty() || inputs.empty()) return;
+  const std::vector<at::Tensor> unallocated(outs.size());  // the config borrows them
+  at::TensorIteratorConfig config;
+  config.check_all_same_dtype(false);
+  for (const auto& t : unallocated) config.add_output(t);
+  for (const auto& t : inputs) config.add_const_input(t);
+  try {
+    at::TensorIterator iter = config.build();
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const at::Tensor& out = meta_call.converted[outs[k]];
+      const at::TensorBase& layout = iter.output_base(static_cast<int64_t>(k));
+      if (layout.sizes() != out.sizes()) return;  // not an elementwise shape
+      out.unsafeGetTensorImpl()->set_sizes_and_strides(out.sizes(), layout.strides(),
+                                                       out.storage_offset());
+    }
+  } catch (const std::exception&) {
+    // Inputs TensorIterator does not take: keep the Meta kernel's layout.
+  }
+}
+
 bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                           size_t num_args, c10::Device device) {
   const auto& schema = op.schema();
@@ -669,6 +715,7 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
     }
     return false;
   }
+  outLayoutAsTensorIterator(op, meta_call);
   if (key) storeInference(*key, describeInference(meta_stack, meta, meta_call));
 
   syncInputMetadata(meta_call.originals, meta_call.converted);

@@ -1,7 +1,5 @@
 """The native hot-path kernels (csrc/aten/Pointwise.cpp, Blas.cpp, Reduction.cpp) against the
 CPU, including in-place variants, broadcasting, type promotion, and CUDA's device errors."""
-import warnings
-
 import pytest
 import torch
 
@@ -219,31 +217,3 @@ def test_layer_norm_statistics_dtype_with_a_float_bias_only():
         torch.native_layer_norm(x.to("openreg"), [8], torch.ones(8, device="openreg"),
                                 bias.bfloat16().to("openreg"), 1e-5)
 
-
-@pytest.mark.parametrize("op", [
-    lambda a, out: torch.add(a, 1, out=out), lambda a, out: torch.sub(a, a, alpha=2, out=out),
-    lambda a, out: torch.mul(a, a, out=out), lambda a, out: torch.div(a, 3, out=out),
-    lambda a, out: torch.addcmul(a, a, a, value=2, out=out),
-    lambda a, out: torch.addcdiv(a, a, a + 3, out=out),
-])
-@pytest.mark.parametrize("layout", ["channels_last", "transposed", "contiguous"])
-@pytest.mark.parametrize("out_numel", [0, 5, 120])
-def test_native_out_takes_the_cpu_layout(op, layout, out_numel):
-    # ATen's resize_out: an out= tensor that gets resized takes the layout the
-    # op computes from its inputs; one of the right size keeps its own strides.
-    a = torch.randn(2, 3, 4, 5)
-    if layout == "channels_last":
-        a = a.to(memory_format=torch.channels_last)
-    elif layout == "transposed":
-        a = a.transpose(1, 3)
-    outs = []
-    for device in ("cpu", "openreg"):
-        out = torch.empty(out_numel, device=device)
-        if out_numel == a.numel():
-            out = out.view(a.shape[::-1]).permute(3, 2, 1, 0)  # right size, its own strides
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # resizing a non-empty out= warns on both
-            op(a.to(device), out)
-        outs.append(out)
-    assert outs[1].stride() == outs[0].stride()
-    torch.testing.assert_close(outs[1].cpu(), outs[0])
