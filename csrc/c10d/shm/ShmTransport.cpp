@@ -56,10 +56,8 @@ struct ShmRing {
   std::atomic<uint64_t> destination;        // in the reader's memory
   // A destination in openreg device memory: its IPC handle (fd -1 otherwise),
   // so the writer copies into its mapping of it instead of process_vm_writev.
-  std::atomic<int64_t> destinationFd;
-  std::atomic<uint64_t> destinationInode;
-  std::atomic<uint64_t> destinationArenaBytes;
-  std::atomic<uint64_t> destinationOffset;
+  // Written before `claim` is released, read by a writer holding a claim.
+  orIpcMemHandle destinationDevice;
   char data[] __attribute__((aligned(64)));
 };
 static_assert(sizeof(ShmRing) == 256);
@@ -69,14 +67,11 @@ struct ShmMessageHeader {
   uint64_t bytes;
   uint64_t senderAddress;  // of a single-copy payload in the sender's memory, else 0
   // A single-copy payload in openreg device memory: the driver's IPC handle
-  // (arenaFd -1 otherwise), so the receiver can map it instead.
-  uint64_t arenaInode;
-  uint64_t arenaBytes;
-  uint64_t arenaOffset;
-  int32_t arenaFd;
+  // (fd -1 otherwise), so the receiver can map it instead.
+  orIpcMemHandle device;
   uint32_t src;
   uint32_t magic;
-  char what[kMessageHeader - 60];
+  char what[kMessageHeader - 64];
 };
 static_assert(sizeof(ShmMessageHeader) == kMessageHeader);
 
@@ -312,14 +307,7 @@ RequestPtr ShmTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
   h->tag = tag;
   h->bytes = bytes;
   h->senderAddress = single ? reinterpret_cast<uint64_t>(data) : 0;
-  h->arenaFd = -1;
-  orIpcMemHandle device;
-  if (single && config().peerMapping && orIpcGetMemHandle(&device, data) == orSuccess) {
-    h->arenaFd = device.fd;
-    h->arenaInode = device.inode;
-    h->arenaBytes = device.arenaBytes;
-    h->arenaOffset = device.offset;
-  }
+  h->device = single ? deviceHandleOf(data) : orIpcMemHandle{};
   h->src = static_cast<uint32_t>(rank_);
   h->magic = kMagic;
   std::strncpy(h->what, what.c_str(), sizeof(h->what) - 1);
@@ -463,12 +451,7 @@ bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
       // Our claim holds the offer open, so `destination` is this message's.
       const size_t off = i * kShareChunk, n = std::min(kShareChunk, a.bytes - off);
       char* to = reinterpret_cast<char*>(rg->destination.load(std::memory_order_relaxed)) + off;
-      orIpcMemHandle device;
-      device.fd = static_cast<int32_t>(rg->destinationFd.load(std::memory_order_relaxed));
-      device.inode = rg->destinationInode.load(std::memory_order_relaxed);
-      device.arenaBytes = rg->destinationArenaBytes.load(std::memory_order_relaxed);
-      device.offset = rg->destinationOffset.load(std::memory_order_relaxed);
-      char* mapped = config().peerMapping ? peerMemory(dst, device, a.bytes) : nullptr;
+      char* mapped = peerMemory(dst, rg->destinationDevice, a.bytes);
       for (size_t put = 0; put < n && !offerClosed(rg->claim, a.seq);) {
         const size_t piece = std::min(kSharePiece, n - put);
         if (mapped) {
@@ -533,8 +516,15 @@ void ShmTransport::failPeerIo(int err, const std::string& action, int peer, pid_
        true);
 }
 
+orIpcMemHandle ShmTransport::deviceHandleOf(const void* p) {
+  orIpcMemHandle handle;
+  if (!config().peerMapping || orIpcGetMemHandle(&handle, p) != orSuccess) handle = {};
+  return handle;
+}
+
 char* ShmTransport::peerMemory(int peer, orIpcMemHandle handle, uint64_t bytes) {
-  if (handle.fd < 0 || handle.offset > handle.arenaBytes || bytes > handle.arenaBytes - handle.offset)
+  if (!config().peerMapping || handle.fd < 0 || handle.offset > handle.arenaBytes ||
+      bytes > handle.arenaBytes - handle.offset)
     return nullptr;
   auto& arenas = peerArenas_[peer];
   auto it = std::find_if(arenas.begin(), arenas.end(), [&](const PeerArena& a) {
@@ -587,12 +577,7 @@ void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in) {
   char* dest = in.recv->direct;
   rg->copied.store(0, std::memory_order_relaxed);
   rg->destination.store(reinterpret_cast<uint64_t>(dest), std::memory_order_relaxed);
-  orIpcMemHandle device;
-  const bool onDevice = config().peerMapping && orIpcGetMemHandle(&device, dest) == orSuccess;
-  rg->destinationFd.store(onDevice ? device.fd : -1, std::memory_order_relaxed);
-  rg->destinationInode.store(onDevice ? device.inode : 0, std::memory_order_relaxed);
-  rg->destinationArenaBytes.store(onDevice ? device.arenaBytes : 0, std::memory_order_relaxed);
-  rg->destinationOffset.store(onDevice ? device.offset : 0, std::memory_order_relaxed);
+  rg->destinationDevice = deviceHandleOf(dest);
   rg->claim.store(claimWord(number, 0), std::memory_order_release);
   ring(src);  // a sender waiting for our acknowledgement joins in
   uint64_t ownUnfinished = 0;
@@ -645,14 +630,7 @@ bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessa
   in.tag = h.tag;
   in.bytes = h.bytes;
   in.senderAddress = h.senderAddress;
-  if (h.senderAddress && h.arenaFd >= 0 && config().peerMapping) {
-    orIpcMemHandle device;
-    device.fd = h.arenaFd;
-    device.inode = h.arenaInode;
-    device.arenaBytes = h.arenaBytes;
-    device.offset = h.arenaOffset;
-    in.peerMemory = peerMemory(src, device, h.bytes);
-  }
+  if (h.senderAddress) in.peerMemory = peerMemory(src, h.device, h.bytes);
   if (ch == Channel::kCollective) {
     auto& q = collRecvs_[src];
     if (q.empty()) return false;  // not expected yet: leave it in the ring

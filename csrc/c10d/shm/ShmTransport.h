@@ -163,8 +163,12 @@ class ShmTransport final : public Transport {
   void arrived(int src, Unexpected* u);
   // Fails the group: process_vm_readv/writev to `peer` failed with `err`.
   [[noreturn]] void failPeerIo(int err, const std::string& action, int peer, pid_t pid);
+  // The IPC handle peers map `p` with: fd -1 unless p is openreg device
+  // memory and OREG_CCL_PEER_MAPPING is on.
+  static orIpcMemHandle deviceHandleOf(const void* p);
   // Where `bytes` at `handle` (the peer's device memory; its pid is taken
-  // from the peer's segment) are mapped here; null: use process_vm_readv/writev.
+  // from the peer's segment) are mapped here; null: use process_vm_readv/writev
+  // (not device memory, mapping off, or the handle cannot be opened).
   char* peerMemory(int peer, orIpcMemHandle handle, uint64_t bytes);
   void unmapPeerArenas();
   // Bytes [off, off + n) of the sender's payload into `to`: a memcpy from its

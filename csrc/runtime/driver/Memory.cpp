@@ -16,11 +16,11 @@
 #include <unistd.h>
 
 #include <array>
-#include <cstring>
-#include <string>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 
 namespace openreg {
 namespace {
@@ -82,15 +82,19 @@ DeviceArena* arenaFor(int device, orError* error) {
   return arena.map_error == orSuccess ? &arena : nullptr;
 }
 
-// Finds the arena whose device mapping contains ptr (lock-free: bases never change
-// after mapping).
-DeviceArena* arenaOf(const void* ptr, int* device_out) {
+// Finds the arena one of whose mappings (device, or also kernel) contains ptr
+// (lock-free: bases never change after mapping); *base_out: that mapping's base.
+DeviceArena* arenaOf(const void* ptr, int* device_out, bool kernel_too = false,
+                     const char** base_out = nullptr) {
   auto p = static_cast<const char*>(ptr);
   int n = orDeviceCount();
   for (int d = 0; d < n; ++d) {
     DeviceArena& a = g_arenas[d];
-    if (a.device_base && p >= a.device_base && p < a.device_base + a.capacity) {
+    if (!a.device_base) continue;
+    for (const char* base : {a.device_base, kernel_too ? a.kernel_base : nullptr}) {
+      if (!base || p < base || p >= base + a.capacity) continue;
       if (device_out) *device_out = d;
+      if (base_out) *base_out = base;
       return &a;
     }
   }
@@ -191,21 +195,15 @@ int orPointerDevice(const void* ptr) {
 orError orIpcGetMemHandle(orIpcMemHandle* handle, const void* ptr) {
   OR_RETURN_IF_FORKED();
   if (!handle || !ptr) return orErrorInvalidValue;
-  auto p = static_cast<const char*>(ptr);
-  for (int d = 0, n = orDeviceCount(); d < n; ++d) {
-    const DeviceArena& a = g_arenas[d];
-    if (!a.kernel_base) continue;
-    for (const char* base : {a.device_base, a.kernel_base}) {
-      if (p < base || p >= base + a.capacity) continue;
-      handle->pid = static_cast<int32_t>(getpid());
-      handle->fd = a.fd;
-      handle->inode = a.inode;
-      handle->arenaBytes = a.capacity;
-      handle->offset = static_cast<uint64_t>(p - base);
-      return orSuccess;
-    }
-  }
-  return orErrorInvalidValue;
+  const char* base = nullptr;
+  const DeviceArena* a = arenaOf(ptr, nullptr, /*kernel_too=*/true, &base);
+  if (!a) return orErrorInvalidValue;
+  handle->pid = static_cast<int32_t>(getpid());
+  handle->fd = a->fd;
+  handle->inode = a->inode;
+  handle->arenaBytes = a->capacity;
+  handle->offset = static_cast<uint64_t>(static_cast<const char*>(ptr) - base);
+  return orSuccess;
 }
 
 orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle) {
