@@ -54,6 +54,8 @@ void initBindings(py::module_& m) {
         d["peer_mapped_read"] = i.peerMappedRead;
         d["peer_mapped_written"] = i.peerMappedWritten;
         d["splits"] = i.splits;
+        d["stream_markers"] = i.streamMarkers;
+        d["stream_markers_skipped"] = i.streamMarkersSkipped;
         return d;
       });
   m.def("_ccl_busy_seconds", &collectiveBusySeconds);

@@ -196,18 +196,25 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
     std::vector<at::Tensor> held = inputs;
     held.insert(held.end(), outputs.begin(), outputs.end());
     work->stash(std::move(held));
-    // Ready once the caller's stream reaches this point; the host goes on.
-    op.ready = std::make_shared<std::atomic<bool>>(false);
-    auto ready = op.ready;
-    auto transport = transport_;
     const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device));
     op.stream = rawStream(stream);
-    launchKernel(stream,
-                 [ready, transport] {
-                   ready->store(true, std::memory_order_release);
-                   transport->wakeup();
-                 },
-                 inputs, outputs);
+    if (streamOrder_->covers(op.stream)) {
+      streamMarkersSkipped_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      streamMarkers_.fetch_add(1, std::memory_order_relaxed);
+      // Ready once the caller's stream reaches this point; the host goes on.
+      op.ready = std::make_shared<std::atomic<bool>>(false);
+      auto ready = op.ready;
+      auto transport = transport_;
+      launchKernel(stream,
+                   [ready, transport] {
+                     ready->store(true, std::memory_order_release);
+                     transport->wakeup();
+                   },
+                   inputs, outputs);
+    }
+    streamOrder_->coverAll(op.stream);
+    if (!op.post && !coalescing_) work->extendsStreamOrder(streamOrder_);
   }
   // Host tensors on an idle group: a synchronous collective runs on the
   // caller's thread, and a send or receive is posted from it (a send that
@@ -648,6 +655,8 @@ OregBackend::NetworkInfo OregBackend::networkInfo() const {
   info.topology = topology_.describe();
   info.hostCount = static_cast<int>(topology_.hosts.size());
   info.splits = splitsBuilt_;
+  info.streamMarkers = streamMarkers_.load(std::memory_order_relaxed);
+  info.streamMarkersSkipped = streamMarkersSkipped_.load(std::memory_order_relaxed);
   if (auto* routed = dynamic_cast<RoutedTransport*>(transport_.get())) {
     info.endpoint = routed->zmq().endpoint(getRank());
     info.groupId = routed->zmq().groupId();

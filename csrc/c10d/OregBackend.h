@@ -14,7 +14,9 @@
 // wakes the worker, so the worker starts exactly when preceding kernels have
 // finished, and the host never blocks. The worker reads and writes device
 // memory through the kernel mapping. Work::wait() then orders the caller's
-// stream after completion (see OregWork.h).
+// stream after completion (see OregWork.h). The marker is skipped when the
+// stream holds nothing new since the group's previous operation was issued
+// and waited for: the worker's issue order covers that (StreamOrder.h).
 //
 // Errors: the first failure (timeout, mismatch, dead peer) is published to
 // the whole group through the transport; that operation and every later one
@@ -40,6 +42,7 @@
 #include "Algorithms.h"
 #include "OregWork.h"
 #include "Staging.h"
+#include "StreamOrder.h"
 #include "Topology.h"
 
 namespace openreg::ccl {
@@ -157,6 +160,10 @@ class OregBackend final : public c10d::Backend {
     uint64_t peerMappedRead = 0;       // bytes read from mapped peer device memory (ShmTransport.h)
     uint64_t peerMappedWritten = 0;    // bytes written into it
     uint64_t splits = 0;       // backends split() built from this one
+    // Operations on openreg tensors that queued a marker kernel to learn that
+    // their stream was ready, and those that needed none (StreamOrder.h).
+    uint64_t streamMarkers = 0;
+    uint64_t streamMarkersSkipped = 0;
   };
   NetworkInfo networkInfo() const;
   // shutdown() or abort() was called.
@@ -233,6 +240,9 @@ class OregBackend final : public c10d::Backend {
   std::string storePrefix_;  // unique to this incarnation of the group (see attemptPrefix)
   std::shared_ptr<Transport> transport_;
   uint64_t seq_ = 0;  // collectives issued (caller thread)
+  // What on the callers' streams needs no marker kernel (see StreamOrder.h).
+  std::shared_ptr<StreamOrder> streamOrder_ = std::make_shared<StreamOrder>();
+  std::atomic<uint64_t> streamMarkers_{0}, streamMarkersSkipped_{0};
   uint64_t splitsBuilt_ = 0;
   // The last split and the store c10d passed for it (see split()).
   c10::weak_intrusive_ptr<c10d::Store> lastSplitStore_{c10::intrusive_ptr<c10d::Store>()};

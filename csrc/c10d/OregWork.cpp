@@ -190,7 +190,9 @@ void OregWork::blockStream() {
   // asynchronous error (like a failed NCCL kernel), and wait() on a work that
   // already failed raises directly.
   auto completion = completion_;
-  launchKernel(getCurrentStream(static_cast<c10::DeviceIndex>(device_)), [completion] {
+  const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device_));
+  const uint64_t before = orStreamLaunchCount(rawStream(stream));
+  launchKernel(stream, [completion] {
     completion->wait();
     std::exception_ptr error;
     {
@@ -199,6 +201,7 @@ void OregWork::blockStream() {
     }
     if (error) std::rethrow_exception(error);
   });
+  if (streamOrder_) streamOrder_->coverWait(rawStream(stream), before);
   // Only now: later work on this stream is ordered after the operation.
   unstash();
   releaseFromWorker();

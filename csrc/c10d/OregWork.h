@@ -19,7 +19,10 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <functional>
+#include <memory>
 #include <vector>
+
+#include "StreamOrder.h"
 
 namespace openreg::ccl {
 
@@ -51,6 +54,9 @@ class OregWork : public c10d::Work {
   // wait()/synchronize() queued the stream hold (from then on stream order
   // protects their memory, as NCCL's stash does) or until this work dies.
   void stash(std::vector<at::Tensor> tensors);
+  // Issue side, for a collective on openreg tensors: a wait() queued right
+  // after its issue extends the group's StreamOrder.
+  void extendsStreamOrder(std::shared_ptr<StreamOrder> order) { streamOrder_ = std::move(order); }
   // Runs `fn(error)` once this work completes (at once if it already has).
   void whenDone(std::function<void(std::exception_ptr)> fn);
   // Blocks the calling thread until completion; never throws.
@@ -87,6 +93,7 @@ class OregWork : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<std::shared_ptr<Stash>> stashes_;  // its own, or a coalesced group's parts'
   std::weak_ptr<WorkerRef> workerRef_;  // set when releasable
+  std::shared_ptr<StreamOrder> streamOrder_;  // set by extendsStreamOrder
   const int device_;
   const bool blockHost_;
   std::atomic<int> sourceRank_{-1};

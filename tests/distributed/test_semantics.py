@@ -67,6 +67,64 @@ def test_stream_ordering_async_and_futures(tmp_path):
     spawn(stream_order, 2, tmp_path)
 
 
+def back_to_back(rank, n):
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    info = lambda: dist.group.WORLD._get_backend(dev)._network_info()  # noqa: E731
+    # Each collective reads what the one before wrote; with nothing else
+    # queued between them, only the first needs a marker kernel.
+    x = torch.ones(64, device=dev)
+    dist.all_reduce(x)
+    before = info()
+    for _ in range(9):
+        dist.all_reduce(x)
+    after = info()
+    assert torch.equal(x.cpu(), torch.full((64,), float(n ** 10)))
+    assert after["stream_markers"] == before["stream_markers"]
+    assert after["stream_markers_skipped"] - before["stream_markers_skipped"] == 9
+
+    # Work queued on the stream after a collective was issued (and before its
+    # wait) is not covered by that wait: the next collective must see it.
+    a = torch.ones(8, device=dev)
+    b = torch.zeros(8, device=dev)
+    work = dist.all_reduce(a, async_op=True)
+    torch.openreg._sleep(300)  # the worker would be done long before the fill
+    b.fill_(rank + 1.0)
+    work.wait()
+    dist.all_reduce(b)
+    assert torch.equal(b.cpu(), torch.full((8,), float(sum(range(1, n + 1)))))
+    # Nor is work queued after the wait.
+    c = torch.zeros(8, device=dev)
+    torch.openreg._sleep(300)
+    c.fill_(rank + 2.0)
+    dist.all_reduce(c)
+    assert torch.equal(c.cpu(), torch.full((8,), float(sum(range(2, n + 2)))))
+    # Nor work on another stream: coverage is per stream.
+    side = torch.openreg.Stream()
+    with torch.openreg.stream(side):
+        d = torch.zeros(8, device=dev)
+        torch.openreg._sleep(300)
+        d.fill_(rank + 3.0)
+        dist.all_reduce(d)
+    side.synchronize()
+    assert torch.equal(d.cpu(), torch.full((8,), float(sum(range(3, n + 3)))))
+    # Waiting for a send covers nothing: it may complete after the next
+    # collective started, and the next collective would read too early.
+    e = torch.full((8,), float(rank), device=dev)
+    if n > 1:
+        if rank == 0:
+            dist.send(e, 1)
+        elif rank == 1:
+            dist.recv(e, 0)
+    dist.all_reduce(e)
+    expect = 0.0 if n == 1 else float(sum(range(2, n)))  # rank 1 holds 0 after the receive
+    assert torch.equal(e.cpu(), torch.full((8,), expect)), (rank, e.cpu())
+
+
+def test_back_to_back_collectives_skip_stream_markers_only_when_safe(tmp_path):
+    spawn(back_to_back, 3, tmp_path)
+
+
 def device_and_baseline(rank):
     """This rank's device and its allocated bytes once the group's own buffers exist."""
     dev = torch.device("openreg", rank)

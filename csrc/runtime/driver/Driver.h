@@ -99,6 +99,9 @@ int orStreamPriority(orStream stream);
 orError orLaunchKernel(orStream stream, std::function<void()> kernel,
                        std::vector<orAccess> accesses = {});
 orError orStreamQuery(orStream stream);        // orSuccess or orErrorNotReady
+// How many items (kernels, event records and waits) were ever queued on
+// `stream`: a position in it, to tell whether anything was queued since.
+uint64_t orStreamLaunchCount(orStream stream);
 orError orStreamSynchronize(orStream stream);  // blocks the calling thread
 // The message of the first kernel exception on this stream (sticky).
 std::string orStreamLastError(orStream stream);

@@ -202,6 +202,10 @@ orError orStreamQuery(orStream stream) {
              : orErrorNotReady;
 }
 
+uint64_t orStreamLaunchCount(orStream stream) {
+  return stream ? stream->enqueued.load(std::memory_order_acquire) : 0;
+}
+
 orError orStreamSynchronize(orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
