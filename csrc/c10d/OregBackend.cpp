@@ -190,6 +190,10 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   }
   op.body = std::move(body);
   op.post = std::move(post);
+  // From the stream-order decision to the push: one issue at a time, so that
+  // the group's StreamOrder describes its queue (a future's callback on the
+  // worker may issue too).
+  std::unique_lock<std::mutex> issuing(issueMutex_, std::defer_lock);
   if (device >= 0) {
     // The body holds aliases (forWorker); the caller's tensors stay alive
     // until wait() queued its stream hold or the operation finished.
@@ -198,7 +202,9 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
     work->stash(std::move(held));
     const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device));
     op.stream = rawStream(stream);
-    if (streamOrder_->covers(op.stream)) {
+    issuing.lock();
+    // A failed stream takes the marker path, which raises its error here.
+    if (streamOrder_->covers(op.stream) && orStreamQuery(op.stream) != orErrorLaunchFailure) {
       streamMarkersSkipped_.fetch_add(1, std::memory_order_relaxed);
     } else {
       streamMarkers_.fetch_add(1, std::memory_order_relaxed);
@@ -206,14 +212,15 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
       op.ready = std::make_shared<std::atomic<bool>>(false);
       auto ready = op.ready;
       auto transport = transport_;
+      const uint64_t before = orStreamLaunchCount(op.stream);
       launchKernel(stream,
                    [ready, transport] {
                      ready->store(true, std::memory_order_release);
                      transport->wakeup();
                    },
                    inputs, outputs);
+      streamOrder_->coverMarker(op.stream, before);
     }
-    streamOrder_->coverAll(op.stream);
     if (!op.post && !coalescing_) work->extendsStreamOrder(streamOrder_);
   }
   // Host tensors on an idle group: a synchronous collective runs on the

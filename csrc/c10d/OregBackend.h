@@ -14,9 +14,10 @@
 // wakes the worker, so the worker starts exactly when preceding kernels have
 // finished, and the host never blocks. The worker reads and writes device
 // memory through the kernel mapping. Work::wait() then orders the caller's
-// stream after completion (see OregWork.h). The marker is skipped when the
-// stream holds nothing new since the group's previous operation was issued
-// and waited for: the worker's issue order covers that (StreamOrder.h).
+// stream after completion (see OregWork.h). The marker is skipped when
+// nothing was queued on the stream since the group's previous operation
+// (other than a wait() for it, if a collective): the worker's issue order
+// covers that (StreamOrder.h).
 //
 // Errors: the first failure (timeout, mismatch, dead peer) is published to
 // the whole group through the transport; that operation and every later one
@@ -191,8 +192,9 @@ class OregBackend final : public c10d::Backend {
   struct Op {
     std::shared_ptr<OregWork::WorkerRef> work;
     c10::intrusive_ptr<OregWork> kept;  // the reference that completed it (WorkerRef::complete)
-    std::shared_ptr<std::atomic<bool>> ready;  // null: ready now (host tensors)
-    orStream stream = nullptr;  // the stream `ready`'s marker kernel was queued on
+    // Null: ready now (host tensors, or a stream covered by StreamOrder).
+    std::shared_ptr<std::atomic<bool>> ready;
+    orStream stream = nullptr;  // the caller's stream, for openreg tensors
     std::chrono::milliseconds timeout;
     uint64_t tag;
     std::string what;
@@ -242,6 +244,7 @@ class OregBackend final : public c10d::Backend {
   uint64_t seq_ = 0;  // collectives issued (caller thread)
   // What on the callers' streams needs no marker kernel (see StreamOrder.h).
   std::shared_ptr<StreamOrder> streamOrder_ = std::make_shared<StreamOrder>();
+  std::mutex issueMutex_;  // held from a device operation's StreamOrder check to its push
   std::atomic<uint64_t> streamMarkers_{0}, streamMarkersSkipped_{0};
   uint64_t splitsBuilt_ = 0;
   // The last split and the store c10d passed for it (see split()).

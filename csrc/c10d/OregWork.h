@@ -55,7 +55,7 @@ class OregWork : public c10d::Work {
   // protects their memory, as NCCL's stash does) or until this work dies.
   void stash(std::vector<at::Tensor> tensors);
   // Issue side, for a collective on openreg tensors: a wait() queued right
-  // after its issue extends the group's StreamOrder.
+  // behind work the group's StreamOrder covers is covered too.
   void extendsStreamOrder(std::shared_ptr<StreamOrder> order) { streamOrder_ = std::move(order); }
   // Runs `fn(error)` once this work completes (at once if it already has).
   void whenDone(std::function<void(std::exception_ptr)> fn);

@@ -12,12 +12,16 @@
 //  - a wait() on an earlier collective of the group, queued right after that
 //    (it ends when the collective ends).
 // StreamOrder keeps the stream position up to which that holds. An operation
-// issued with nothing else queued since needs no marker: collectives issued
-// back to back, each waited for (`dist.all_reduce` in a loop), run without a
-// round trip through the stream thread. Sends and receives complete after the
-// next operation may have started, so waiting for one covers nothing.
+// issued with nothing else queued on its stream since needs no marker:
+// collectives issued back to back (`dist.all_reduce` in a loop, waited for or
+// not) run without a round trip through the stream thread. Sends and receives
+// complete after the next operation may have started, and a coalesced group
+// completes with its last part, so waiting for those covers nothing.
 //
-// Thread safety: all methods may be called from any thread.
+// Positions are exact: an item queued by another thread (a kernel in a
+// future's callback, an allocator's event) is never taken for covered work.
+// The backend checks and updates the order in the same critical section in
+// which it queues the operation, so the order describes the queue's.
 #pragma once
 
 #include <cstdint>
@@ -34,15 +38,19 @@ class StreamOrder {
     std::lock_guard<std::mutex> g(mutex_);
     return stream == stream_ && orStreamLaunchCount(stream) == launches_;
   }
-  // An operation of the group is ready once everything queued on `stream` so
-  // far ran: all of it ends before the group's next operation starts.
-  void coverAll(orStream stream) {
+  // An operation's marker kernel was queued on `stream` after `before` items:
+  // the operation waits for it, so everything up to it ends before the
+  // group's next operation starts. Unless another thread queued work in
+  // between and the marker's position is unknown: then nothing is covered.
+  void coverMarker(orStream stream, uint64_t before) {
     std::lock_guard<std::mutex> g(mutex_);
-    stream_ = stream;
-    launches_ = orStreamLaunchCount(stream);
+    const bool known = orStreamLaunchCount(stream) == before + 1;
+    stream_ = known ? stream : nullptr;
+    launches_ = before + 1;
   }
-  // A wait for one of the group's collectives was queued on `stream` at
-  // position `before`: if it directly follows covered work, it is covered too.
+  // A wait for one of the group's collectives was queued on `stream` after
+  // `before` items: right behind covered work, it is covered too (it ends
+  // when that collective ends, before the next operation starts).
   void coverWait(orStream stream, uint64_t before) {
     std::lock_guard<std::mutex> g(mutex_);
     if (stream == stream_ && before == launches_ && orStreamLaunchCount(stream) == before + 1)
