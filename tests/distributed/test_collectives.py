@@ -5,6 +5,8 @@ computed locally with plain torch ops in float64/int64 (independently of the
 backend) and compared with what oreg_ccl produced. One process group per
 world size runs the whole matrix on both devices, to keep spawns few.
 """
+import os
+import resource
 import time
 
 import pytest
@@ -363,6 +365,42 @@ def test_large_device_messages_without_peer_mapping(tmp_path):
         pytest.skip("process_vm_readv between processes is not permitted here")
     spawn(large_messages, 2, tmp_path, single_copy_allowed(), False, timeout=200,
           env={"OREG_CCL_PEER_MAPPING": "0"})
+
+
+def unopenable_peer_memory(rank, n):
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    info = lambda: info_of(device=f"openreg:{rank}")  # noqa: E731
+    ins = [make(r, (n * 700_001,), torch.float32, 3 + r) for r in range(n)]
+    expected = reference(ins, "SUM", torch.float32)
+    t = ins[rank].to(dev)
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if rank == 1:
+        # Out of file descriptors: opening rank 0's device memory fails, as it
+        # would when the process is at its limit.
+        lowest_free = os.dup(0)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, limits[1]))
+    before = info()
+    dist.all_reduce(t)
+    torch.openreg.synchronize()
+    middle = info()
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)  # before anything imports or opens
+    check(t, expected, "allreduce, peer memory not mapped")
+    if rank == 1:  # read with process_vm_readv instead
+        assert middle["peer_mapped_read"] == before["peer_mapped_read"], middle
+    dist.barrier()
+    time.sleep(1.2)  # a failed opening is retried a second later
+    t = ins[rank].to(dev)
+    dist.all_reduce(t)
+    check(t, expected, "allreduce, peer memory mapped after all")
+    assert info()["peer_mapped_read"] > middle["peer_mapped_read"], info()
+
+
+def test_peer_memory_mapped_once_descriptors_are_back(tmp_path):
+    if not (single_copy_allowed() and peer_mapping_allowed()):
+        pytest.skip("single-copy reads or peer memory mapping are not permitted here")
+    spawn(unopenable_peer_memory, 2, tmp_path, timeout=120)
 
 
 def gather_scatter_tensors(rank, n):

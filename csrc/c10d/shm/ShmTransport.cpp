@@ -530,14 +530,19 @@ char* ShmTransport::peerMemory(int peer, orIpcMemHandle handle, uint64_t bytes) 
   auto it = std::find_if(arenas.begin(), arenas.end(), [&](const PeerArena& a) {
     return a.fd == handle.fd && a.inode == handle.inode && a.bytes == handle.arenaBytes;
   });
-  if (it == arenas.end()) {
-    // Opened once per peer arena; one that cannot be opened (permissions) is
-    // remembered too, and its messages go through process_vm_readv/writev.
+  if (it == arenas.end())
+    it = arenas.insert(arenas.end(), PeerArena{handle.fd, handle.inode, handle.arenaBytes, nullptr,
+                                               Clock::time_point{}});
+  if (!it->base && Clock::now() >= it->retryAt) {
+    // Opened once per peer arena. Until it is, messages go through
+    // process_vm_readv/writev: for good if it cannot be opened (permissions),
+    // else until a retry a second later (out of file descriptors, say).
     handle.pid = maps_[peer].header()->pid;
     void* base = nullptr;
-    if (orIpcOpenMemHandle(&base, handle) != orSuccess) base = nullptr;
-    it = arenas.insert(arenas.end(), PeerArena{handle.fd, handle.inode, handle.arenaBytes,
-                                               static_cast<char*>(base)});
+    orError error = orIpcOpenMemHandle(&base, handle);
+    it->base = error == orSuccess ? static_cast<char*>(base) : nullptr;
+    it->retryAt = error == orErrorMemoryAllocation ? Clock::now() + std::chrono::seconds(1)
+                                                   : Clock::time_point::max();
   }
   return it->base ? it->base + handle.offset : nullptr;
 }

@@ -135,12 +135,14 @@ class ShmTransport final : public Transport {
     uint64_t senderAddress = 0;  // of a single-copy payload, in the sender's memory
     const char* peerMemory = nullptr;  // that payload mapped here (openreg device memory)
   };
-  // A peer's device memory mapped into this process (base null: cannot be).
+  // A peer's device memory mapped into this process (base null: cannot be,
+  // for good, or until retryAt after running out of descriptors or memory).
   struct PeerArena {
     int fd;
     uint64_t inode;
     uint64_t bytes;
     char* base;
+    Clock::time_point retryAt = Clock::time_point::max();
   };
 
   ShmTransport(int rank, int size);

@@ -78,6 +78,9 @@ orError orIpcGetMemHandle(orIpcMemHandle* handle, const void* ptr);
 // fork children); handle.offset bytes past *base is the handle's pointer. The
 // mapping keeps the memory alive even if the owner exits; callers cache it per
 // (pid, fd, inode) and close it with orIpcCloseMemHandle(base, handle.arenaBytes).
+// orErrorMemoryAllocation: out of file descriptors or address space, which may
+// pass (try again later); orErrorInvalidValue: not openable (no permission, or
+// not that device memory any more).
 orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle);
 orError orIpcCloseMemHandle(void* base, size_t arenaBytes);
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -211,7 +212,9 @@ orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle) {
   const std::string path =
       "/proc/" + std::to_string(handle.pid) + "/fd/" + std::to_string(handle.fd);
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return orErrorInvalidValue;
+  if (fd < 0)
+    return errno == EMFILE || errno == ENFILE || errno == ENOMEM ? orErrorMemoryAllocation
+                                                                 : orErrorInvalidValue;
   // What was opened must be the handle's device memory: an openreg memfd
   // with its inode and size (after a pid or fd number was reused, it is not).
   struct stat st{};
@@ -225,8 +228,10 @@ orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle) {
   void* p = isArena ? mmap(nullptr, handle.arenaBytes, PROT_READ | PROT_WRITE,
                            MAP_SHARED | MAP_NORESERVE, fd, 0)
                     : MAP_FAILED;
+  const int mapError = errno;
   close(fd);
-  if (p == MAP_FAILED) return orErrorInvalidValue;
+  if (p == MAP_FAILED)
+    return isArena && mapError == ENOMEM ? orErrorMemoryAllocation : orErrorInvalidValue;
   madvise(p, handle.arenaBytes, MADV_DONTDUMP);
   madvise(p, handle.arenaBytes, MADV_DONTFORK);  // a fork child must not pin a peer's memory
   *base = p;
