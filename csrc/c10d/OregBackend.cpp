@@ -177,6 +177,12 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
     for (const auto& t : *list)
       if (isOpenReg(t)) device = t.device().index();
 
+  // From the tag to the push, for openreg tensors: one issue at a time, so
+  // that tags and the group's StreamOrder describe its queue (a future's
+  // callback on the worker may issue too). Not held while a host-tensor
+  // operation runs inline: its callbacks may issue on this thread.
+  std::unique_lock<std::mutex> issuing(issueMutex_, std::defer_lock);
+  if (device >= 0) issuing.lock();
   Op op;
   auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost);
   op.work = work->attachWorker(/*releasable=*/!post && !coalescing_);
@@ -190,10 +196,6 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   }
   op.body = std::move(body);
   op.post = std::move(post);
-  // From the stream-order decision to the push: one issue at a time, so that
-  // the group's StreamOrder describes its queue (a future's callback on the
-  // worker may issue too).
-  std::unique_lock<std::mutex> issuing(issueMutex_, std::defer_lock);
   if (device >= 0) {
     // The body holds aliases (forWorker); the caller's tensors stay alive
     // until wait() queued its stream hold or the operation finished.
@@ -202,12 +204,10 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
     work->stash(std::move(held));
     const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device));
     op.stream = rawStream(stream);
-    issuing.lock();
     // A failed stream takes the marker path, which raises its error here.
     if (streamOrder_->covers(op.stream) && orStreamQuery(op.stream) != orErrorLaunchFailure) {
       streamMarkersSkipped_.fetch_add(1, std::memory_order_relaxed);
     } else {
-      streamMarkers_.fetch_add(1, std::memory_order_relaxed);
       // Ready once the caller's stream reaches this point; the host goes on.
       op.ready = std::make_shared<std::atomic<bool>>(false);
       auto ready = op.ready;
@@ -220,6 +220,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                    },
                    inputs, outputs);
       streamOrder_->coverMarker(op.stream, before);
+      streamMarkers_.fetch_add(1, std::memory_order_relaxed);
     }
     if (!op.post && !coalescing_) work->extendsStreamOrder(streamOrder_);
   }

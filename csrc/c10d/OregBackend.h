@@ -244,7 +244,7 @@ class OregBackend final : public c10d::Backend {
   uint64_t seq_ = 0;  // collectives issued (caller thread)
   // What on the callers' streams needs no marker kernel (see StreamOrder.h).
   std::shared_ptr<StreamOrder> streamOrder_ = std::make_shared<StreamOrder>();
-  std::mutex issueMutex_;  // held from a device operation's StreamOrder check to its push
+  std::mutex issueMutex_;  // held from a device operation's tag to its push (enqueue)
   std::atomic<uint64_t> streamMarkers_{0}, streamMarkersSkipped_{0};
   uint64_t splitsBuilt_ = 0;
   // The last split and the store c10d passed for it (see split()).

@@ -15,8 +15,9 @@
 // issued with nothing else queued on its stream since needs no marker:
 // collectives issued back to back (`dist.all_reduce` in a loop, waited for or
 // not) run without a round trip through the stream thread. Sends and receives
-// complete after the next operation may have started, and a coalesced group
-// completes with its last part, so waiting for those covers nothing.
+// complete after the next operation may have started, so waiting for one
+// covers nothing; nor does waiting for a coalesced group (it may hold sends
+// and receives; only a single collective's work extends the order).
 //
 // Positions are exact: an item queued by another thread (a kernel in a
 // future's callback, an allocator's event) is never taken for covered work.

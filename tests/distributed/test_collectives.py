@@ -375,19 +375,23 @@ def unopenable_peer_memory(rank, n):
     expected = reference(ins, "SUM", torch.float32)
     t = ins[rank].to(dev)
     limits = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if rank == 1:
-        # Out of file descriptors: opening rank 0's device memory fails, as it
-        # would when the process is at its limit.
-        lowest_free = os.dup(0)
-        os.close(lowest_free)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, limits[1]))
     before = info()
-    dist.all_reduce(t)
-    torch.openreg.synchronize()
-    middle = info()
-    resource.setrlimit(resource.RLIMIT_NOFILE, limits)  # before anything imports or opens
+    try:
+        if rank == 1:
+            # Out of file descriptors: opening rank 0's device memory fails,
+            # as it would when the process is at its limit.
+            lowest_free = os.dup(0)
+            os.close(lowest_free)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, limits[1]))
+        dist.all_reduce(t)
+        torch.openreg.synchronize()
+        middle = info()
+    finally:  # before anything imports or opens a file (a failure's report too)
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
     check(t, expected, "allreduce, peer memory not mapped")
-    if rank == 1:  # read with process_vm_readv instead
+    if rank == 0:  # the messages did go through mapped memory where it could be opened
+        assert middle["peer_mapped_read"] > before["peer_mapped_read"], middle
+    else:  # rank 1 tried to open rank 0's and read with process_vm_readv instead
         assert middle["peer_mapped_read"] == before["peer_mapped_read"], middle
     dist.barrier()
     time.sleep(1.2)  # a failed opening is retried a second later
