@@ -71,10 +71,8 @@ void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
     if (isOpenReg(t)) accesses.push_back({t.storage().data(), true});
   orStream raw = rawStream(stream);
   orError error = orLaunchKernel(raw, std::move(kernel), std::move(accesses));
-  TORCH_CHECK(error != orErrorLaunchFailure, "openreg kernel failed asynchronously on ", stream,
-              ": ", orStreamLastError(raw),
-              "\nKernel errors are reported at a later API call, as on CUDA.");
-  OPENREG_CHECK(error);
+  if (error != orSuccess)
+    checkKernelError(error, c10::str(stream), orStreamLastError(raw), orStreamLastException(raw));
 }
 
 void launchOnCurrentStream(const at::Tensor& t, std::function<void()> kernel,

@@ -470,6 +470,10 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall_base(at::Tensor& output, at
   };
   auto [sendOff, sendBytes] = rowsOf(input, inputSplits, "input");
   auto [recvOff, recvBytes] = rowsOf(output, outputSplits, "output");
+  const int me = getRank();
+  TORCH_CHECK_VALUE(sendBytes[me] == recvBytes[me], "oreg_ccl: alltoall_base: rank ", me,
+                    " sends itself ", sendBytes[me], " bytes but expects ", recvBytes[me],
+                    " (input and output split sizes at index ", me, " differ)");
   // Sizes legitimately differ per rank, so only the dtype is compared on the wire.
   return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", c10::str(input.scalar_type()),
                  {input}, {output}, callOf(opts),

@@ -54,7 +54,9 @@ void checkSameTypeAndSize(const at::Tensor& ref, const std::vector<at::Tensor>& 
 }
 
 std::string describe(const at::Tensor& t) {
-  return c10::str(t.scalar_type(), t.sizes());
+  // Count and dtype, not shape: as with NCCL and gloo, ranks may pass tensors
+  // of different shapes with equal element counts.
+  return c10::str(t.numel(), " x ", t.scalar_type());
 }
 
 c10::ScalarType stageDtype(c10::ScalarType dtype) {

@@ -106,7 +106,8 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (e == orSuccess) return;
     orStream stream = orEventStream(static_cast<orEvent>(event));
     checkKernelError(e, "the stream of an event",
-                     stream ? orStreamLastError(stream) : std::string());
+                     stream ? orStreamLastError(stream) : std::string(),
+                     stream ? orStreamLastException(stream) : nullptr);
   }
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& s) const override;
 };

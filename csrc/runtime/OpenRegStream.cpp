@@ -84,25 +84,39 @@ int streamPriority(const c10::Stream& stream) {
   return priorityOfId(stream.id());
 }
 
-void checkKernelError(orError error, const std::string& where, const std::string& message) {
-  TORCH_CHECK(error != orErrorLaunchFailure, "openreg kernel failed asynchronously on ", where,
-              ": ", message,
-              "\nKernel errors are reported at a later API call, as on CUDA; "
-              "the stream is unusable afterwards.");
+void checkKernelError(orError error, const std::string& where, const std::string& message,
+                      std::exception_ptr cause) {
+  if (error == orErrorLaunchFailure) {
+    const std::string text = c10::str(
+        "openreg kernel failed asynchronously on ", where, ": ", message,
+        "\nKernel errors are reported at a later API call, as on CUDA; "
+        "the stream is unusable afterwards.");
+    if (cause) {
+      try {
+        std::rethrow_exception(cause);
+      } catch (const c10::DistBackendError&) {
+        C10_THROW_ERROR(DistBackendError, text);
+      } catch (...) {
+      }
+    }
+    TORCH_CHECK(false, text);
+  }
   OPENREG_CHECK(error);
 }
 
 void synchronizeStream(const c10::Stream& stream) {
   orStream raw = rawStream(stream);
   orError error = orStreamSynchronize(raw);
-  if (error != orSuccess) checkKernelError(error, c10::str(stream), orStreamLastError(raw));
+  if (error != orSuccess)
+    checkKernelError(error, c10::str(stream), orStreamLastError(raw), orStreamLastException(raw));
 }
 
 void synchronizeDevice(c10::DeviceIndex device) {
   device = resolve_device(device);
   orError error = orDeviceSynchronize(device);
   if (error != orSuccess)
-    checkKernelError(error, "openreg:" + std::to_string(device), orDeviceLastError(device));
+    checkKernelError(error, "openreg:" + std::to_string(device), orDeviceLastError(device),
+                     orDeviceLastException(device));
 }
 
 }  // namespace openreg

@@ -64,14 +64,42 @@ def mismatches(rank, n):
     factor = torch.tensor([2.0], device=torch.device("openreg", rank))
     with pytest.raises(ValueError, match="factor is on openreg"):
         dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(factor))
+    # all_to_all_single's own block: 2 elements sent to itself, 1 expected.
+    with pytest.raises(ValueError, match="sends itself"):
+        dist.all_to_all_single(torch.empty(n + 1), torch.ones(n + 1),
+                               [1 if p == rank else 2 if p == (rank + 1) % n else 1 for p in range(n)],
+                               [2 if p == rank else 1 for p in range(n)])
     # The default group is still healthy.
     t = torch.ones(3)
     dist.all_reduce(t)
     assert t.tolist() == [float(n)] * 3
+    # Shapes may differ where element counts and dtypes agree (NCCL and gloo allow it).
+    t = torch.ones((2, 3) if rank == 0 else (6,))
+    dist.all_reduce(t)
+    assert t.flatten().tolist() == [float(n)] * 6
 
 
 def test_mismatched_calls_and_bad_input(tmp_path):
     spawn(mismatches, 2, tmp_path)
+
+
+def device_collective_failure(rank, n):
+    # A collective on openreg tensors that fails on the worker fails the
+    # caller's stream (its wait for the collective): the later call that
+    # reports it raises DistBackendError, as c10d reports a failed collective,
+    # with the message and without a C++ backtrace.
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    t = torch.ones(4 + rank, device=dev)  # sizes differ across ranks
+    with pytest.raises(dist.DistBackendError, match="mismatched collectives") as caught:
+        dist.all_reduce(t)  # raises here if it failed before wait(), else below
+        torch.openreg.synchronize()
+    assert "frame #" not in str(caught.value), str(caught.value)
+    os._exit(0)  # skip destroy: the group is broken
+
+
+def test_failed_device_collective_raises_dist_backend_error(tmp_path):
+    spawn(device_collective_failure, 2, tmp_path)
 
 
 def timeouts(rank, n):

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <string>
 #include <vector>
@@ -45,6 +46,7 @@ bool orIsForkedChild();              // true in a fork of an initialised parent
 orError orDeviceSynchronize(int device);
 // The message of the first failed kernel among the device's streams ("" if none).
 std::string orDeviceLastError(int device);
+std::exception_ptr orDeviceLastException(int device);
 
 // ---- memory ----------------------------------------------------------------
 // Device memory is sub-allocated from a per-device arena; freed ranges give
@@ -108,6 +110,8 @@ uint64_t orStreamLaunchCount(orStream stream);
 orError orStreamSynchronize(orStream stream);  // blocks the calling thread
 // The message of the first kernel exception on this stream (sticky).
 std::string orStreamLastError(orStream stream);
+// That exception itself (null if none), for callers that report it by type.
+std::exception_ptr orStreamLastException(orStream stream);
 
 // ---- events ----------------------------------------------------------------
 struct orEvent_st;

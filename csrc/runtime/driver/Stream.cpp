@@ -11,6 +11,7 @@
 // training step) is woken once, not after every kernel.
 #include "Internal.h"
 
+#include <c10/util/Exception.h>
 #include <c10/util/thread_name.h>
 
 #include <atomic>
@@ -46,6 +47,7 @@ struct orStream_st {
   // under `mutex`; read by the worker after each kernel.
   std::atomic<uint64_t> wake_at{kNoWaiter};
   std::string first_error;  // GUARDED_BY mutex; sticky like CUDA's errors
+  std::exception_ptr first_exception;  // GUARDED_BY mutex; the error itself
   std::atomic<bool> failed{false};
   std::thread worker;
 
@@ -88,8 +90,13 @@ void orStream_st::run() {
       try {
         kernel();
       } catch (const std::exception& e) {
+        // c10's errors without their C++ backtrace, as PyTorch shows them.
+        const auto* c10Error = dynamic_cast<const c10::Error*>(&e);
         std::lock_guard<std::mutex> lock(mutex);
-        if (first_error.empty()) first_error = e.what();
+        if (!first_exception) {
+          first_error = c10Error ? c10Error->what_without_backtrace() : e.what();
+          first_exception = std::current_exception();
+        }
         failed = true;
       }
     }
@@ -166,6 +173,12 @@ std::string orDeviceLastError(int device) {
   return {};
 }
 
+std::exception_ptr orDeviceLastException(int device) {
+  for (auto* s : streamsOf(device))
+    if (s->failed.load()) return orStreamLastException(s);
+  return nullptr;
+}
+
 int orStreamDevice(orStream stream) { return stream->device; }
 int orStreamPriority(orStream stream) { return stream->priority; }
 
@@ -226,6 +239,11 @@ orError orStreamSynchronize(orStream stream) {
 std::string orStreamLastError(orStream stream) {
   std::lock_guard<std::mutex> lock(stream->mutex);
   return stream->first_error;
+}
+
+std::exception_ptr orStreamLastException(orStream stream) {
+  std::lock_guard<std::mutex> lock(stream->mutex);
+  return stream->first_exception;
 }
 
 // ---- events ----------------------------------------------------------------
