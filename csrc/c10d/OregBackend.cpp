@@ -173,9 +173,17 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
     OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
                    " on a process group that already failed: ", failure);
   int device = readyDevice;
+  const auto bound = getBoundDeviceId();  // init_process_group(device_id=...)
   for (const auto* list : {&inputs, &outputs})
     for (const auto& t : *list)
-      if (isOpenReg(t)) device = t.device().index();
+      if (isOpenReg(t)) {
+        device = t.device().index();
+        // NCCL's check: a device mix-up raises here, as it would on a GPU.
+        if (bound && bound->type() == t.device().type() && *bound != t.device())
+          OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name, ": Attempt to perform "
+                         "collective on tensor not on device passed to init_process_group (",
+                         t.device(), ", bound to ", *bound, ")");
+      }
 
   // From the tag to the push, for openreg tensors: one issue at a time, so
   // that tags and the group's StreamOrder describe its queue (a future's

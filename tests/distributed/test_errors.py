@@ -102,6 +102,26 @@ def test_failed_device_collective_raises_dist_backend_error(tmp_path):
     spawn(device_collective_failure, 2, tmp_path)
 
 
+def bound_device_mixup(rank, n):
+    # Bound to openreg:rank (device_id), a tensor on another device is a
+    # mix-up: DistBackendError at the call, as NCCL raises; nothing is sent,
+    # so the group goes on.
+    other = torch.device("openreg", (rank + 2) % 4)
+    with pytest.raises(dist.DistBackendError, match="not on device passed to init_process_group"):
+        dist.all_reduce(torch.ones(4, device=other))
+    out = [torch.empty(2, device=other) for _ in range(n)]
+    with pytest.raises(dist.DistBackendError, match="not on device passed to init_process_group"):
+        dist.all_gather(out, torch.ones(2, device=other))
+    t = torch.ones(4, device=torch.device("openreg", rank))
+    dist.all_reduce(t)
+    assert t.cpu().tolist() == [float(n)] * 4
+    dist.all_reduce(torch.ones(2))  # CPU tensors are not bound
+
+
+def test_tensor_on_another_device_than_device_id(tmp_path):
+    spawn(bound_device_mixup, 2, tmp_path, init={"device_id": True})
+
+
 def timeouts(rank, n):
     g = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=2))
     if rank == 0:
