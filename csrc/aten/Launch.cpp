@@ -72,7 +72,7 @@ void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
   orStream raw = rawStream(stream);
   orError error = orLaunchKernel(raw, std::move(kernel), std::move(accesses));
   if (error != orSuccess)
-    checkKernelError(error, c10::str(stream), orStreamLastError(raw), orStreamLastException(raw));
+    checkKernelError(error, c10::str(stream), orStreamLastException(raw));
 }
 
 void launchOnCurrentStream(const at::Tensor& t, std::function<void()> kernel,

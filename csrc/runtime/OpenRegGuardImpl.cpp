@@ -105,9 +105,7 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   static void checkEventError(orError e, void* event) {
     if (e == orSuccess) return;
     orStream stream = orEventStream(static_cast<orEvent>(event));
-    checkKernelError(e, "the stream of an event",
-                     stream ? orStreamLastError(stream) : std::string(),
-                     stream ? orStreamLastException(stream) : nullptr);
+    checkKernelError(e, "the stream of an event", stream ? orStreamLastException(stream) : nullptr);
   }
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& s) const override;
 };

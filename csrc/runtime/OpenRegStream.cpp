@@ -84,11 +84,10 @@ int streamPriority(const c10::Stream& stream) {
   return priorityOfId(stream.id());
 }
 
-void checkKernelError(orError error, const std::string& where, const std::string& message,
-                      std::exception_ptr cause) {
+void checkKernelError(orError error, const std::string& where, std::exception_ptr cause) {
   if (error == orErrorLaunchFailure) {
     const std::string text = c10::str(
-        "openreg kernel failed asynchronously on ", where, ": ", message,
+        "openreg kernel failed asynchronously on ", where, ": ", orErrorMessage(cause),
         "\nKernel errors are reported at a later API call, as on CUDA; "
         "the stream is unusable afterwards.");
     if (cause) {
@@ -108,15 +107,14 @@ void synchronizeStream(const c10::Stream& stream) {
   orStream raw = rawStream(stream);
   orError error = orStreamSynchronize(raw);
   if (error != orSuccess)
-    checkKernelError(error, c10::str(stream), orStreamLastError(raw), orStreamLastException(raw));
+    checkKernelError(error, c10::str(stream), orStreamLastException(raw));
 }
 
 void synchronizeDevice(c10::DeviceIndex device) {
   device = resolve_device(device);
   orError error = orDeviceSynchronize(device);
   if (error != orSuccess)
-    checkKernelError(error, "openreg:" + std::to_string(device), orDeviceLastError(device),
-                     orDeviceLastException(device));
+    checkKernelError(error, "openreg:" + std::to_string(device), orDeviceLastException(device));
 }
 
 }  // namespace openreg

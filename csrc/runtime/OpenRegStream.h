@@ -29,11 +29,10 @@ int streamPriority(const c10::Stream& stream);
 void synchronizeStream(const c10::Stream& stream);
 void synchronizeDevice(c10::DeviceIndex device);
 // Raises for `error`; a kernel failure (orErrorLaunchFailure) with the failed
-// kernel's `message`, reported at this later call as CUDA reports its
+// kernel's exception `cause`, reported at this later call as CUDA reports its
 // asynchronous errors. `where`: the stream, event or device it was seen on.
 // A failed collective (`cause` a DistBackendError: the stream waited for an
 // oreg_ccl operation that failed) raises DistBackendError, as c10d does.
-void checkKernelError(orError error, const std::string& where, const std::string& message,
-                      std::exception_ptr cause = nullptr);
+void checkKernelError(orError error, const std::string& where, std::exception_ptr cause);
 
 }  // namespace openreg

@@ -531,8 +531,7 @@ char* ShmTransport::peerMemory(int peer, orIpcMemHandle handle, uint64_t bytes) 
     return a.fd == handle.fd && a.inode == handle.inode && a.bytes == handle.arenaBytes;
   });
   if (it == arenas.end())
-    it = arenas.insert(arenas.end(), PeerArena{handle.fd, handle.inode, handle.arenaBytes, nullptr,
-                                               Clock::time_point{}});
+    it = arenas.insert(arenas.end(), PeerArena{handle.fd, handle.inode, handle.arenaBytes, nullptr});
   if (!it->base && Clock::now() >= it->retryAt) {
     // Opened once per peer arena. Until it is, messages go through
     // process_vm_readv/writev: for good if it cannot be opened (permissions),

@@ -142,7 +142,7 @@ class ShmTransport final : public Transport {
     uint64_t inode;
     uint64_t bytes;
     char* base;
-    Clock::time_point retryAt = Clock::time_point::max();
+    Clock::time_point retryAt{};  // the epoch: try at once
   };
 
   ShmTransport(int rank, int size);

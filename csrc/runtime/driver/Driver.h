@@ -44,8 +44,7 @@ size_t orDeviceTotalMemory();        // OPENREG_DEVICE_MEMORY, default 16 GiB
 bool orIsInitialized();              // any device touched yet in this process
 bool orIsForkedChild();              // true in a fork of an initialised parent
 orError orDeviceSynchronize(int device);
-// The message of the first failed kernel among the device's streams ("" if none).
-std::string orDeviceLastError(int device);
+// The first kernel exception among the device's streams (null if none).
 std::exception_ptr orDeviceLastException(int device);
 
 // ---- memory ----------------------------------------------------------------
@@ -108,10 +107,11 @@ orError orStreamQuery(orStream stream);        // orSuccess or orErrorNotReady
 // `stream`: a position in it, to tell whether anything was queued since.
 uint64_t orStreamLaunchCount(orStream stream);
 orError orStreamSynchronize(orStream stream);  // blocks the calling thread
-// The message of the first kernel exception on this stream (sticky).
-std::string orStreamLastError(orStream stream);
-// That exception itself (null if none), for callers that report it by type.
+// The first kernel exception on this stream (null if none; sticky), and its
+// message (c10 errors without their C++ backtrace, as PyTorch shows them).
 std::exception_ptr orStreamLastException(orStream stream);
+std::string orStreamLastError(orStream stream);
+std::string orErrorMessage(std::exception_ptr error);  // "" for null
 
 // ---- events ----------------------------------------------------------------
 struct orEvent_st;

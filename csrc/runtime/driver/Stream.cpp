@@ -46,8 +46,7 @@ struct orStream_st {
   // Lowest sequence number a blocked waiter needs (kNoWaiter: none). Written
   // under `mutex`; read by the worker after each kernel.
   std::atomic<uint64_t> wake_at{kNoWaiter};
-  std::string first_error;  // GUARDED_BY mutex; sticky like CUDA's errors
-  std::exception_ptr first_exception;  // GUARDED_BY mutex; the error itself
+  std::exception_ptr first_exception;  // GUARDED_BY mutex; sticky like CUDA's errors
   std::atomic<bool> failed{false};
   std::thread worker;
 
@@ -89,14 +88,9 @@ void orStream_st::run() {
     if (!failed.load(std::memory_order_relaxed)) {
       try {
         kernel();
-      } catch (const std::exception& e) {
-        // c10's errors without their C++ backtrace, as PyTorch shows them.
-        const auto* c10Error = dynamic_cast<const c10::Error*>(&e);
+      } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);
-        if (!first_exception) {
-          first_error = c10Error ? c10Error->what_without_backtrace() : e.what();
-          first_exception = std::current_exception();
-        }
+        if (!first_exception) first_exception = std::current_exception();
         failed = true;
       }
     }
@@ -167,12 +161,6 @@ orError orDeviceSynchronize(int device) {
   return result;
 }
 
-std::string orDeviceLastError(int device) {
-  for (auto* s : streamsOf(device))
-    if (s->failed.load()) return orStreamLastError(s);
-  return {};
-}
-
 std::exception_ptr orDeviceLastException(int device) {
   for (auto* s : streamsOf(device))
     if (s->failed.load()) return orStreamLastException(s);
@@ -237,8 +225,20 @@ orError orStreamSynchronize(orStream stream) {
 }
 
 std::string orStreamLastError(orStream stream) {
-  std::lock_guard<std::mutex> lock(stream->mutex);
-  return stream->first_error;
+  return orErrorMessage(orStreamLastException(stream));
+}
+
+std::string orErrorMessage(std::exception_ptr error) {
+  if (!error) return {};
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
 }
 
 std::exception_ptr orStreamLastException(orStream stream) {
