@@ -6,6 +6,8 @@
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 
+#include "../runtime/driver/Driver.h"
+
 #define OREG_CCL_THROW(...) C10_THROW_ERROR(DistBackendError, ::c10::str(__VA_ARGS__))
 
 namespace openreg::ccl {
@@ -15,15 +17,7 @@ inline std::exception_ptr distError(const std::string& msg) {
       c10::DistBackendError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, msg));
 }
 
-// The message of an exception, without c10's backtrace.
-inline std::string messageOf(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const c10::Error& ex) {
-    return ex.what_without_backtrace();
-  } catch (const std::exception& ex) {
-    return ex.what();
-  }
-}
+// The message of an exception, without c10's backtrace (the driver's wording).
+inline std::string messageOf(std::exception_ptr e) { return orErrorMessage(e); }
 
 }  // namespace openreg::ccl
