@@ -221,12 +221,23 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
       auto ready = op.ready;
       auto transport = transport_;
       const uint64_t before = orStreamLaunchCount(op.stream);
-      launchKernel(stream,
-                   [ready, transport] {
-                     ready->store(true, std::memory_order_release);
-                     transport->wakeup();
-                   },
-                   inputs, outputs);
+      try {
+        launchKernel(stream,
+                     [ready, transport] {
+                       ready->store(true, std::memory_order_release);
+                       transport->wakeup();
+                     },
+                     inputs, outputs);
+      } catch (const std::exception&) {
+        // A kernel before it already failed the stream: fail the group now, as
+        // the worker does when it finds that later, or the peers would wait
+        // for this operation until the timeout.
+        transport_->cancel(c10::str("oreg_ccl: rank ", getRank(), ": ", op.what,
+                                    " cannot start: a kernel queued before it on its openreg "
+                                    "stream failed: ", orStreamLastError(op.stream)),
+                           /*propagate=*/true);
+        throw;
+      }
       streamOrder_->coverMarker(op.stream, before);
       streamMarkers_.fetch_add(1, std::memory_order_relaxed);
     }
