@@ -1,5 +1,8 @@
 """Registers oreg_ccl, openreg's c10d backend (C++: csrc/c10d), with torch.distributed.
 
+PyTorch hook: ``Backend.register_backend("oreg_ccl", creator, extended_api=True,
+devices=["cpu", "openreg"])``.
+
 After ``import torch`` (autoload) ``dist.init_process_group("oreg_ccl")`` works for
 CPU and openreg tensors. The backend class is ``openreg._C._OregCCLBackend``.
 """

@@ -1,5 +1,6 @@
 // Declarations of openreg's native ATen kernels, registered for PrivateUse1
-// in RegisterOpenReg.cpp. Grouped by family; each .cpp holds one family.
+// in RegisterOpenReg.cpp (see its header for the few registered elsewhere).
+// Grouped by family; each .cpp holds one family.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,6 +1,10 @@
 // PyTorch hook: operator registration for the PrivateUse1 dispatch key.
 // Only TORCH_LIBRARY_IMPL blocks live here; kernels are in the family files
-// declared in Kernels.h. Everything not listed goes to the boxed fallback.
+// declared in Kernels.h. Registered elsewhere, beside what they need:
+// native_dropout (Dropout.cpp), ops routed to the fallback over a composite
+// kernel (RegisterFallbackRoutes.cpp), AutocastPrivateUse1 (Autocast.cpp),
+// the SDPA choice stub (Attention.cpp), fused RNN cells (openreg/rnn.py).
+// Everything else goes to the boxed fallback.
 // Tests: tests/ops/.
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/alias_native.h>

@@ -20,7 +20,7 @@
 //      its blocks to their destinations; no data is forwarded twice.
 //  reduce_scatter: rank r receives part r from every peer and reduces it.
 //  reduce, small: the root receives every buffer and reduces in rank order.
-//  reduce, large (as allreduce's threshold): reduce-scatter, then the root
+//  reduce, large (as allreduce's threshold), 3+ ranks: reduce-scatter, then the root
 //      gathers the reduced parts, so every rank reduces 1/n of the data
 //      instead of the root reducing it all.
 //  barrier: an empty message from every rank to every rank.

@@ -1,4 +1,6 @@
-// Every environment knob of oreg_ccl, declared once (read at first use).
+// Every environment knob of oreg_ccl, declared once (read at first use); the
+// two host settings at the end are read where the topology and the bind
+// address are worked out (Topology.cpp, BindAddress.cpp).
 //
 //   OREG_CCL_RING_BYTES      per-pair collective ring in shared memory   (default 1 MiB)
 //   OREG_CCL_P2P_RING_BYTES  per-pair send/recv ring                     (default 256 KiB)
@@ -15,8 +17,11 @@
 //                            0 = never)
 //   OREG_CCL_STREAMING_COPY_BYTES  payloads of messages at least this large are copied with
 //                            non-temporal stores (Copy.h)                (default 8 MiB; 0 = never)
-//   OREG_CCL_ONESHOT_BYTES   allreduce at or below this size uses the one-shot algorithm,
-//                            above it reduce-scatter + all-gather        (default 64 KiB)
+//   OREG_CCL_ONESHOT_BYTES   the small/large split of the algorithms     (default 64 KiB):
+//                            allreduce at or below it is one-shot, above it reduce-scatter +
+//                            all-gather; reduce above it on 3+ ranks is reduce-scatter +
+//                            gather; across hosts, allreduce above it takes the column
+//                            ring and gather/scatter blocks above it go direct
 //   OREG_CCL_ZMQ_CHUNK_BYTES messages between hosts travel in chunks of this size, so the
 //                            receiver reduces one while the next is on the wire
 //                            (default 512 KiB; the same on every rank)

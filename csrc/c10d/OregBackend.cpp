@@ -1,4 +1,4 @@
-// OregBackend: construction, the operation queue and its worker, coalescing,
+// OregBackend (the c10d::Backend subclass, OregBackend.h): construction, the operation queue and its worker, coalescing,
 // point-to-point, split and shutdown. The collectives' bodies (argument
 // checks and staging) live in OregCollectives.cpp.
 #include "OregBackend.h"

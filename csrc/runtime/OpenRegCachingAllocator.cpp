@@ -1,4 +1,4 @@
-#include "OpenRegCachingAllocator.h"
+#include "OpenRegCachingAllocator.h"  // PyTorch hook: c10::DeviceAllocator; contract in the header
 
 #include <array>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "OpenRegFunctions.h"
+#include "OpenRegFunctions.h"  // PyTorch hook: current device (cudaSetDevice); contract in the header
 
 #include <c10/util/Exception.h>
 

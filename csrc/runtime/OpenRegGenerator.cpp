@@ -1,4 +1,4 @@
-#include "OpenRegGenerator.h"
+#include "OpenRegGenerator.h"  // PyTorch hook: the default generators; contract in the header
 
 #include <array>
 #include <cstring>

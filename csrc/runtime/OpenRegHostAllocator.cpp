@@ -1,4 +1,4 @@
-#include "OpenRegHostAllocator.h"
+#include "OpenRegHostAllocator.h"  // PyTorch hook: at::HostAllocator; contract in the header
 
 #include <mutex>
 #include <unordered_map>

@@ -3,8 +3,8 @@
 // device, pools of low- and high-priority streams handed out round-robin, and
 // a per-thread current stream per device.
 //
-// StreamId layout: 0 = default stream, 1..kPoolSize = priority 0 pool,
-// kPoolSize+1..2*kPoolSize = priority -1 (high) pool.
+// StreamId layout: 0 = default stream, 1..kStreamPoolSize = priority 0 pool,
+// kStreamPoolSize+1..2*kStreamPoolSize = high-priority pool (any priority < 0).
 #pragma once
 
 #include <c10/core/Stream.h>

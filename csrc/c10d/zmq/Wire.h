@@ -16,8 +16,9 @@
 //   that does not belong to the group is dropped with a warning naming the
 //   reason, so a stray or hostile connection cannot break a healthy job.
 // `tag` is the collective sequence number (or the user's p2p tag), and
-// `what` (e.g. "allreduce#7 float32[1024] SUM") names the operation, dtype
-// and shape: the receiver compares both, with `bytes`, against what it posted.
+// `what` (e.g. "allreduce#7 1024 x Float SUM") names the operation, element
+// count and dtype: the receiver compares both, with `bytes`, against what it
+// posted.
 #pragma once
 
 #include <cstddef>

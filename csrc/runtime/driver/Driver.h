@@ -32,7 +32,7 @@ enum orError {
   orErrorMemoryAllocation,   // device capacity exhausted
   orErrorInvalidValue,       // bad pointer / handle / argument
   orErrorNotReady,           // query: work still pending
-  orErrorLaunchFailure,      // a kernel raised; message in orGetLastKernelError
+  orErrorLaunchFailure,      // a kernel raised; see orStreamLastException / orErrorMessage
   orErrorForkedChild,        // driver used in a fork of an initialised process
 };
 
