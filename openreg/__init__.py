@@ -76,9 +76,20 @@ from . import _ccl
 _registration.register()
 _ccl.register()
 
+OutOfMemoryError = torch.OutOfMemoryError  # what an allocation beyond capacity raises
+
+
+def __getattr__(name):
+    # torch.utils.checkpoint saves and restores a device's RNG state only if
+    # its module's `_initialized` is true (torch.cuda keeps such a flag); without
+    # it a checkpointed block with dropout recomputes another mask.
+    if name == "_initialized":
+        return is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
-    "Event", "Stream", "StreamContext", "current_device", "current_stream", "default_stream",
+    "Event", "OutOfMemoryError", "Stream", "StreamContext", "current_device", "current_stream", "default_stream",
     "device", "device_count", "device_of", "empty_cache", "get_device_capability",
     "get_amp_supported_dtype", "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
     "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",

@@ -3,7 +3,6 @@
 Backed by the PrivateUse1 hooks and DeviceGuardImpl in csrc/runtime.
 Tests: tests/runtime/test_device.py.
 """
-import os
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -43,7 +42,8 @@ def _get_device_index(device: _DeviceLike, optional: bool = True) -> int:
 
 
 def is_available() -> bool:
-    return device_count() > 0
+    # Never raises, as torch.cuda.is_available(); device_count() says what is wrong.
+    return not _C._config_error() and device_count() > 0
 
 
 def is_initialized() -> bool:
@@ -51,9 +51,9 @@ def is_initialized() -> bool:
 
 
 def device_count() -> int:
-    text = os.environ.get("OPENREG_DEVICE_COUNT")
-    if text is not None and text.strip() and not (text.isdigit() and 1 <= int(text) <= 64):
-        raise ValueError(f"OPENREG_DEVICE_COUNT must be an integer in 1..64, got {text!r}")
+    error = _C._config_error()  # OPENREG_DEVICE_COUNT / OPENREG_DEVICE_MEMORY, checked once in C++
+    if error:
+        raise ValueError(error)
     return _C._device_count()
 
 
@@ -63,6 +63,8 @@ def current_device() -> int:
 
 
 def set_device(device: _DeviceLike) -> None:
+    if isinstance(device, int) and device < 0:
+        return  # a no-op, as torch.cuda.set_device
     _lazy_init()
     index = _get_device_index(device)
     _C._set_device(index)
@@ -72,7 +74,9 @@ class device:
     """Context manager that changes the current device (like torch.cuda.device)."""
 
     def __init__(self, device: Any):
-        self.idx = -1 if device is None else _get_device_index(device)
+        # None or a negative index: a no-op, as torch.cuda.device
+        negative = isinstance(device, int) and device < 0
+        self.idx = -1 if device is None or negative else _get_device_index(device)
         self.prev_idx = -1
 
     def __enter__(self):
@@ -107,7 +111,11 @@ class _DeviceProperties:
 
 
 def get_device_properties(device: _DeviceLike = None) -> _DeviceProperties:
-    index = _get_device_index(device)
+    if isinstance(device, (str, torch.device)) and torch.device(device).type == "openreg":
+        device = torch.device(device).index  # range-checked below, in CUDA's words
+    index = device if isinstance(device, int) else _get_device_index(device)
+    if index < 0 or index >= device_count():
+        raise AssertionError("Invalid device id")  # torch.cuda.get_device_properties' words
     return _DeviceProperties(name=f"openreg simulated device {index}",
                              total_memory=_C._device_total_memory())
 

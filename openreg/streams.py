@@ -65,6 +65,9 @@ def default_stream(device=None) -> Stream:
 def set_stream(stream: torch.Stream) -> None:
     if stream is None:
         return
+    # The stream's device becomes the current device too, as torch.cuda.set_stream.
+    if stream.device_index != _C._current_device():
+        _C._set_device(stream.device_index)
     _C._set_stream(stream.stream_id, stream.device_index)
 
 

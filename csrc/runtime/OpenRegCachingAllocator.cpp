@@ -342,7 +342,10 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
   }
 
   static void deleteBlock(void* ctx) {
-    if (!ctx) return;
+    // A forked child freeing a tensor it inherited: the cache's mutex may have
+    // been held by a parent thread at fork, and the parent's streams do not
+    // exist here. The memory is the parent's; leave it.
+    if (!ctx || orIsForkedChild()) return;
     auto* block = static_cast<Block*>(ctx);
     instance().cache(block->device).free(block);
   }

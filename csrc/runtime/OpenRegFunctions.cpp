@@ -14,6 +14,7 @@ c10::DeviceIndex device_count() noexcept {
 }
 
 void check_device_index(int64_t index) {
+  TORCH_CHECK(orConfigError().empty(), "openreg error: ", orConfigError());
   TORCH_CHECK(index >= 0 && index < device_count(),
               "openreg error: invalid device ordinal: openreg:", index,
               " requested, but only ", static_cast<int>(device_count()),

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -25,8 +26,10 @@ uint64_t splitmix64(uint64_t x) {
 // State as PyTorch's distributed RNG expects of an accelerator (CUDA's Philox
 // layout): 16 bytes, a uint64 seed then a uint64 offset. Draws come from a CPU
 // generator, so a seed reproduces the CPU's own sequence; the offset counts
-// kernels that drew numbers. Restoring a state captured by get_state() resumes
-// that exact sequence; any other (seed, offset) — e.g. DTensor's per-shard
+// kernels that drew numbers. Restoring a state captured by get_state() (one of
+// the last kMaxSnapshots, in this process) resumes that exact sequence; a state
+// from another process cannot: the CPU generator's position is not in the 16
+// bytes, so such a state, like any other (seed, offset) — e.g. DTensor's per-shard
 // offsets — starts a sequence derived from both (offset 0: the seed itself).
 class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
  public:
@@ -40,6 +43,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     seed_ = seed;
     offset_ = 0;
     snapshots_.clear();
+    snapshot_order_.clear();
     cpu_ = at::make_generator<at::CPUGeneratorImpl>(seed);
   }
   void set_offset(uint64_t offset) override { restore(seed_, offset); }
@@ -51,6 +55,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     return random;
   }
   void set_state(const c10::TensorImpl& state) override {
+    at::detail::check_rng_state(state);  // a CPU, contiguous ByteTensor, as CUDA requires
     TORCH_CHECK(state.dtype() == caffe2::TypeMeta::Make<uint8_t>() && state.numel() == kStateBytes,
                 "RNG state for openreg must be a torch.ByteTensor of ", kStateBytes,
                 " bytes (seed and offset), got ", state.numel(), " elements of ", state.dtype());
@@ -60,9 +65,18 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
   }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
     waitForQueuedDraws();
-    // Remember the exact CPU sequence position so set_state can resume it.
-    if (snapshots_.size() >= kMaxSnapshots) snapshots_.erase(snapshots_.begin());
-    snapshots_[{seed_, offset_}] = cpu_.clone();
+    // Remember the exact CPU sequence position so set_state can resume it;
+    // the oldest snapshot goes first (activation checkpointing takes one per
+    // checkpointed block in the forward and restores them in reverse).
+    const std::pair<uint64_t, uint64_t> key{seed_, offset_};
+    if (snapshots_.find(key) == snapshots_.end()) {
+      if (snapshot_order_.size() >= kMaxSnapshots) {
+        snapshots_.erase(snapshot_order_.front());
+        snapshot_order_.pop_front();
+      }
+      snapshot_order_.push_back(key);
+    }
+    snapshots_[key] = cpu_.clone();
     auto state = at::detail::empty_cpu({kStateBytes}, at::kByte, std::nullopt, std::nullopt,
                                        std::nullopt, std::nullopt);
     uint64_t words[2] = {seed_, offset_};
@@ -80,7 +94,8 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
  private:
   static constexpr int64_t kStateBytes = 16;
   static constexpr uint64_t kOffsetPerKernel = 4;
-  static constexpr size_t kMaxSnapshots = 16;
+  // ~2.5 KB each (an mt19937 state).
+  static constexpr size_t kMaxSnapshots = 1024;
 
   // Kernels draw when they run, not when they are launched: the CPU
   // generator's position is this state's only once the queued ones have run
@@ -112,6 +127,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;
   mutable std::map<std::pair<uint64_t, uint64_t>, at::Generator> snapshots_;
+  mutable std::deque<std::pair<uint64_t, uint64_t>> snapshot_order_;  // oldest first
 };
 
 constexpr int kMaxDevices = 64;

@@ -47,6 +47,7 @@ class OpenRegHostAllocator final : public at::HostAllocator {
   void reset_peak_stats() override {}
 
   void free(void* ptr) {
+    if (orIsForkedChild()) return;  // as the device allocator: never touch the parent's state
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = uses_.find(ptr);

@@ -40,13 +40,15 @@ def test_invalid_device_names_valid_range():
         torch.openreg.set_device(8)
     with pytest.raises(RuntimeError, match="invalid device ordinal"):
         torch.empty(1, device="openreg:12")
-    with pytest.raises(RuntimeError, match="invalid device ordinal"):
-        torch.openreg.get_device_properties(99)
+    # torch.cuda.get_device_properties' own check and words.
+    for bad in (99, -3, "openreg:9", torch.device("openreg", 8)):
+        with pytest.raises(AssertionError, match="Invalid device id"):
+            torch.openreg.get_device_properties(bad)
     # Checked before narrowing to c10's 8-bit DeviceIndex: 256 is not device 0.
     for fn in (torch.openreg.set_device, torch.openreg.synchronize, torch.openreg.mem_get_info):
         with pytest.raises(RuntimeError, match="invalid device ordinal: openreg:256 "):
             fn(256)
-    with pytest.raises(RuntimeError, match="invalid device ordinal: openreg:264 "):
+    with pytest.raises(AssertionError, match="Invalid device id"):
         torch.openreg.get_device_properties(264)
     assert torch.openreg.current_device() == 0
     # A hand-built stream names any index: refused, not written past the per-device table.
@@ -54,6 +56,60 @@ def test_invalid_device_names_valid_range():
     stream = torch.Stream(stream_id=0, device_index=100, device_type=kind)
     with pytest.raises(RuntimeError, match="invalid device ordinal: openreg:100 "):
         torch.openreg.set_stream(stream)
+
+
+def test_negative_index_is_a_no_op_as_in_cuda():
+    prev = torch.openreg.current_device()
+    torch.openreg.set_device(-2)
+    with torch.openreg.device(-5):
+        assert torch.openreg.current_device() == prev
+    assert torch.openreg.current_device() == prev
+
+
+def test_set_stream_makes_its_device_current():
+    prev = torch.openreg.current_device()
+    try:
+        s1 = torch.openreg.Stream(device=1)
+        torch.openreg.set_stream(s1)
+        assert torch.openreg.current_device() == 1
+        assert torch.openreg.current_stream() == s1
+        assert torch.ones(2, device="openreg").device == torch.device("openreg:1")
+    finally:
+        torch.openreg.set_stream(torch.openreg.default_stream(1))
+        torch.openreg.set_device(prev)
+
+
+@pytest.mark.parametrize("name,value", [
+    ("OPENREG_DEVICE_COUNT", "0"), ("OPENREG_DEVICE_COUNT", "65"), ("OPENREG_DEVICE_COUNT", "-1"),
+    ("OPENREG_DEVICE_COUNT", "abc"), ("OPENREG_DEVICE_COUNT", " 4"),
+    ("OPENREG_DEVICE_MEMORY", "0"), ("OPENREG_DEVICE_MEMORY", "abc"), ("OPENREG_DEVICE_MEMORY", "nan"),
+    ("OPENREG_DEVICE_MEMORY", "16GiBx"), ("OPENREG_DEVICE_MEMORY", "-1"),
+])
+def test_bad_configuration_is_an_error_not_a_default(python, name, value):
+    # Python and C++ read the same check: no device is usable, none silently gets a default.
+    r = python(f"""
+        import torch
+        print(torch.openreg.is_available())
+        for use in (torch.openreg.device_count, lambda: torch.ones(1, device="openreg:0")):
+            try:
+                use()
+                print("no error")
+            except (ValueError, RuntimeError) as e:
+                print(type(e).__name__, {name!r} in str(e) and {value!r} in str(e))
+    """, env={name: value})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "ValueError", "True", "RuntimeError", "True"]
+
+
+def test_capacity_is_whole_pages(python):
+    r = python("""
+        import torch
+        x = torch.empty(1000, dtype=torch.uint8, device="openreg")
+        print(torch.openreg.get_device_properties(0).total_memory, *torch.openreg.mem_get_info(0))
+    """, env={"OPENREG_DEVICE_MEMORY": "1000"})
+    assert r.returncode == 0, r.stderr
+    total, free, info_total = map(int, r.stdout.split())
+    assert total == info_total == 4096 and 0 <= free < 4096  # never more free than the capacity
 
 
 def test_properties_and_availability():
@@ -110,6 +166,41 @@ def test_forked_child_raises_instead_of_hanging(python):
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status))
     """, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"
+
+
+def test_forked_child_freeing_an_inherited_tensor_does_not_hang(python):
+    # A parent thread allocating at fork time may hold the allocator's lock,
+    # which the child inherits locked: the child must not take it.
+    r = python("""
+        import os, threading, torch
+        stop = False
+        def churn():
+            while not stop:
+                del_me = torch.ones(1000, device="openreg") * 2
+        t = threading.Thread(target=churn)
+        t.start()
+        held = [torch.ones(10, device="openreg") for _ in range(40)]
+        hung = 0
+        for _ in range(40):
+            pid = os.fork()
+            if pid == 0:
+                held.pop()
+                os._exit(0)
+            for _ in range(500):  # 5 s
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                threading.Event().wait(0.01)
+            else:
+                hung += 1
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+        stop = True
+        t.join()
+        print(hung)
+    """, timeout=200)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "0"
 

@@ -71,3 +71,55 @@ def test_state_layout_and_offset():
     assert torch.openreg.get_rng_state()[8:].view(torch.int64).item() > 0
     with pytest.raises(RuntimeError, match="16 bytes"):
         torch.openreg.set_rng_state(torch.zeros(5, dtype=torch.uint8))
+
+
+def test_generator_set_state_checks_like_cuda():
+    g = torch.Generator(device="openreg")
+    state = g.get_state()
+    # at::detail::check_rng_state, as CUDA's generator: a CPU, contiguous ByteTensor.
+    for bad in (state.to("openreg"), torch.empty(16, dtype=torch.uint8, device="meta")):
+        with pytest.raises(TypeError, match="RNG state must be a torch.ByteTensor"):
+            g.set_state(bad)
+    strided = torch.stack([state, torch.zeros_like(state)], dim=1)[:, 0]
+    assert torch.equal(strided, state) and not strided.is_contiguous()
+    with pytest.raises(RuntimeError, match="RNG state must be contiguous"):
+        g.set_state(strided)
+
+
+def test_states_restored_in_reverse_reproduce_their_numbers():
+    # Activation checkpointing takes a state per checkpointed block in the
+    # forward and restores them in reverse order in the backward.
+    g = torch.Generator(device="openreg")
+    g.manual_seed(3)
+    states, draws = [], []
+    for _ in range(40):
+        states.append(g.get_state())
+        draws.append(torch.rand(8, device="openreg", generator=g).cpu())
+    for state, expected in reversed(list(zip(states, draws))):
+        g.set_state(state)
+        assert torch.equal(torch.rand(8, device="openreg", generator=g).cpu(), expected)
+
+
+@pytest.mark.parametrize("use_reentrant", [False, True])
+def test_activation_checkpointing_replays_dropout_masks(use_reentrant):
+    # torch.utils.checkpoint stashes the device's RNG state only when
+    # torch.openreg._initialized is true; the recomputed dropout masks must be
+    # the forward's, here across more blocks than a small snapshot cache holds.
+    from torch.utils.checkpoint import checkpoint
+
+    def run(checkpointed):
+        torch.manual_seed(0)
+        x = torch.randn(4, 256, device="openreg", requires_grad=True)
+        h = x
+        for _ in range(20):
+            block = lambda t: torch.nn.functional.dropout(t * 1.5, p=0.1, training=True)
+            h = checkpoint(block, h, use_reentrant=use_reentrant) if checkpointed else block(h)
+        h.sum().backward()
+        return h.detach().cpu(), x.grad.cpu()
+
+    out_a, grad_a = run(False)
+    assert torch.openreg._initialized  # the device is in use
+    out_b, grad_b = run(True)
+    assert torch.equal(out_a, out_b)
+    assert torch.equal(grad_a, grad_b)
+    assert grad_a.count_nonzero() > 0

@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
+#include <cmath>
 #include <cstring>
+#include <string>
 #include <mutex>
 
 namespace openreg {
@@ -20,13 +22,29 @@ void onForkChild() {
   if (g_initialized.load()) g_forked_child.store(true);
 }
 
+bool blank(const char* text) {
+  for (; text && *text; ++text)
+    if (!std::isspace(static_cast<unsigned char>(*text))) return false;
+  return true;
+}
+
+// -1 if OPENREG_DEVICE_COUNT is set to anything but an integer in 1..64.
 int readDeviceCount() {
   const char* env = std::getenv("OPENREG_DEVICE_COUNT");
-  if (!env || !*env) return 8;
+  if (blank(env)) return 8;
+  if (!std::isdigit(static_cast<unsigned char>(*env))) return -1;
   char* end = nullptr;
   long n = std::strtol(env, &end, 10);
-  if (*end != '\0' || n < 1 || n > 64) return 8;  // Python side validates loudly
-  return static_cast<int>(n);
+  return *end == '\0' && n >= 1 && n <= 64 ? static_cast<int>(n) : -1;
+}
+
+// 0 if OPENREG_DEVICE_MEMORY is set to anything but a positive size.
+size_t readDeviceMemory() {
+  const char* env = std::getenv("OPENREG_DEVICE_MEMORY");
+  if (blank(env)) return size_t{16} << 30;
+  long long parsed = detail::parseByteSize(env);
+  constexpr size_t kPage = 4096;  // capacity in whole pages, as the arena maps it
+  return parsed > 0 ? (static_cast<size_t>(parsed) + kPage - 1) / kPage * kPage : 0;
 }
 
 }  // namespace
@@ -37,9 +55,10 @@ long long parseByteSize(const char* text) {
   if (!text) return -1;
   char* end = nullptr;
   double value = std::strtod(text, &end);
-  if (end == text || value < 0) return -1;
+  if (end == text || !std::isfinite(value) || value < 0) return -1;
   while (*end == ' ') ++end;
   std::string unit(end);
+  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.back()))) unit.pop_back();
   for (auto& c : unit) c = static_cast<char>(std::tolower(c));
   double scale = 1;
   if (unit.empty() || unit == "b") scale = 1;
@@ -48,6 +67,7 @@ long long parseByteSize(const char* text) {
   else if (unit == "g" || unit == "gb" || unit == "gib") scale = 1024.0 * 1024 * 1024;
   else if (unit == "t" || unit == "tb" || unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
   else return -1;
+  if (value * scale >= 9.0e18) return -1;  // beyond long long
   return static_cast<long long>(value * scale);
 }
 
@@ -78,15 +98,27 @@ const char* orGetErrorString(orError error) {
 
 int orDeviceCount() {
   static const int count = readDeviceCount();
-  return count;
+  return count < 0 ? 0 : count;
 }
 
 size_t orDeviceTotalMemory() {
-  static const size_t bytes = [] {
-    long long parsed = detail::parseByteSize(std::getenv("OPENREG_DEVICE_MEMORY"));
-    return parsed > 0 ? static_cast<size_t>(parsed) : (size_t{16} << 30);
-  }();
+  static const size_t bytes = readDeviceMemory();
   return bytes;
+}
+
+const std::string& orConfigError() {
+  static const std::string error = [] {
+    std::string why;
+    if (readDeviceCount() < 0)
+      why += std::string("OPENREG_DEVICE_COUNT must be an integer in 1..64, got '") +
+             std::getenv("OPENREG_DEVICE_COUNT") + "'";
+    if (readDeviceMemory() == 0)
+      why += std::string(why.empty() ? "" : "; ") +
+             "OPENREG_DEVICE_MEMORY must be a positive size such as 512MiB, 16GiB or 4096, got '" +
+             std::getenv("OPENREG_DEVICE_MEMORY") + "'";
+    return why;
+  }();
+  return error;
 }
 
 bool orIsInitialized() { return g_initialized.load(); }

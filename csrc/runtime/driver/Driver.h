@@ -39,8 +39,11 @@ enum orError {
 const char* orGetErrorString(orError error);
 
 // ---- devices ---------------------------------------------------------------
-int orDeviceCount();                 // OPENREG_DEVICE_COUNT, default 8
-size_t orDeviceTotalMemory();        // OPENREG_DEVICE_MEMORY, default 16 GiB
+int orDeviceCount();                 // OPENREG_DEVICE_COUNT, default 8 (0 if invalid)
+size_t orDeviceTotalMemory();        // OPENREG_DEVICE_MEMORY in whole 4 KiB pages, default 16 GiB
+// What is wrong with OPENREG_DEVICE_COUNT / OPENREG_DEVICE_MEMORY ("" if
+// nothing): the PyTorch layer refuses to use a device while this is set.
+const std::string& orConfigError();
 bool orIsInitialized();              // any device touched yet in this process
 bool orIsForkedChild();              // true in a fork of an initialised parent
 orError orDeviceSynchronize(int device);

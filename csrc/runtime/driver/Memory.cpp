@@ -48,7 +48,7 @@ constexpr int kMaxDevices = 64;
 std::array<DeviceArena, kMaxDevices> g_arenas;
 
 orError mapArena(int device, DeviceArena& arena) {
-  size_t capacity = (orDeviceTotalMemory() + kPage - 1) / kPage * kPage;
+  size_t capacity = orDeviceTotalMemory();  // whole pages
   std::string name = "openreg-device-" + std::to_string(device);
   int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(capacity)) != 0) return orErrorMemoryAllocation;
