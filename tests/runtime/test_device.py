@@ -216,3 +216,19 @@ def test_import_openreg_before_torch(python):
     r = python("import openreg, torch; print(torch.ones(2, device='openreg:1').sum().item())")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "2.0"
+
+
+def test_capacity_that_cannot_be_mapped_is_not_an_oom(python):
+    # 200 TiB cannot be mapped (x86-64 gives a process 128 TiB): a configuration
+    # error naming the knob, not an OutOfMemoryError that reports it all free.
+    r = python("""
+        import torch
+        try:
+            torch.ones(1, device="openreg")
+        except torch.OutOfMemoryError as e:
+            print("OOM", e)
+        except RuntimeError as e:
+            print("OPENREG_DEVICE_MEMORY" in str(e) and "could not be created or mapped" in str(e))
+    """, env={"OPENREG_DEVICE_MEMORY": "200TiB"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "True"

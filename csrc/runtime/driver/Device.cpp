@@ -90,6 +90,9 @@ const char* orGetErrorString(orError error) {
     case orErrorInvalidValue: return "invalid argument";
     case orErrorNotReady: return "device not ready";
     case orErrorLaunchFailure: return "unspecified launch failure";
+    case orErrorDeviceUnavailable:
+      return "the device's memory could not be created or mapped (is OPENREG_DEVICE_MEMORY "
+             "larger than this process may map?)";
     case orErrorForkedChild:
       return "openreg was initialized in the parent process and cannot be used in a forked child";
   }

@@ -34,6 +34,7 @@ enum orError {
   orErrorNotReady,           // query: work still pending
   orErrorLaunchFailure,      // a kernel raised; see orStreamLastException / orErrorMessage
   orErrorForkedChild,        // driver used in a fork of an initialised process
+  orErrorDeviceUnavailable,  // the device's memory could not be mapped at all
 };
 
 const char* orGetErrorString(orError error);

@@ -51,12 +51,20 @@ orError mapArena(int device, DeviceArena& arena) {
   size_t capacity = orDeviceTotalMemory();  // whole pages
   std::string name = "openreg-device-" + std::to_string(device);
   int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(capacity)) != 0) return orErrorMemoryAllocation;
+  // Failing here is a configuration problem (a capacity beyond the address
+  // space or file limits), not an out-of-memory: nothing was allocated yet.
+  if (fd < 0) return orErrorDeviceUnavailable;
+  if (ftruncate(fd, static_cast<off_t>(capacity)) != 0) {
+    close(fd);
+    return orErrorDeviceUnavailable;
+  }
   void* dev = mmap(nullptr, capacity, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   void* ker = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (dev == MAP_FAILED || ker == MAP_FAILED) {
+    if (dev != MAP_FAILED) munmap(dev, capacity);
+    if (ker != MAP_FAILED) munmap(ker, capacity);
     close(fd);
-    return orErrorMemoryAllocation;
+    return orErrorDeviceUnavailable;
   }
   // Keep core dumps small: a 16 GiB simulated device must not be written out.
   madvise(dev, capacity, MADV_DONTDUMP);
