@@ -6,6 +6,7 @@
 // Across devices the copy runs on the destination's current stream after it
 // waits for the source's current stream, and the source stream then waits for
 // the copy, as CUDA's peer copies do.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/copy.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/core/DeviceGuard.h>
@@ -100,6 +101,11 @@ at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_bl
   if (dst.numel() == 0) return dst;
   TORCH_CHECK(self.is_cpu() || isOpenReg(self), "copy_: unsupported source device ", self.device());
   TORCH_CHECK(dst.is_cpu() || isOpenReg(dst), "copy_: unsupported destination device ", dst.device());
+  // copy_ hands PrivateUse1 copies here before building its TensorIterator,
+  // whose overlap checks the kernel cannot make (its views of device memory
+  // are separate storages): make them here, with ATen's words.
+  at::assert_no_internal_overlap(dst);
+  at::assert_no_partial_overlap(dst, self);
   if (isOpenReg(self) && isOpenReg(dst)) {
     copyDeviceToDevice(self, dst);
   } else if (isOpenReg(dst)) {

@@ -523,6 +523,22 @@ void checkDispatch(const c10::OperatorHandle& op, const IValue* args, size_t num
   });
 }
 
+// TensorIterator's overlap checks for a pointwise op's out= arguments, which
+// the CPU kernel would make at the call: Meta tensors have no memory to
+// compare, and on the stream the error would come late and fail the stream.
+void checkPointwiseOverlap(const c10::FunctionSchema& schema, const IValue* args, size_t num_args) {
+  for (size_t i = 0; i < num_args; ++i) {
+    if (!schema.arguments()[i].is_out() || !args[i].isTensor()) continue;
+    const at::Tensor& out = args[i].toTensor();
+    at::assert_no_internal_overlap(out);
+    for (size_t j = 0; j < num_args; ++j)
+      if (j != i && !schema.arguments()[j].is_out())
+        forEachTensor(args[j], [&](const at::Tensor& input) {
+          if (input.defined()) at::assert_no_partial_overlap(out, input);
+        });
+  }
+}
+
 // Returns false (stack untouched) if the op cannot be inferred on Meta.
 // Queues the op's CPU kernel over kernel views; fresh results are copied into
 // `fresh` (slots[k]: fresh index of the k-th returned tensor, or -1).
@@ -537,11 +553,24 @@ void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t n
   std::vector<at::Tensor> writes = fresh;
   for (const auto& t : originals) writes.push_back(t);  // conservative
 
+  std::vector<std::pair<bool, bool>> bits;  // each input's (conj, neg) as passed
+  for (const auto& c : cpu_call.converted) bits.emplace_back(c.is_conj(), c.is_neg());
   auto kernel = [op, cpu_args = std::move(cpu_call.args), inputs = std::move(cpu_call.converted),
-                 fresh_views, slots = std::move(slots)]() mutable {
+                 fresh_views, slots = std::move(slots), bits = std::move(bits)]() mutable {
     c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
     torch::jit::Stack cpu_stack(cpu_args.begin(), cpu_args.end());
     op.redispatchBoxed(kCPUKeys, &cpu_stack);
+    // A CPU kernel may finish by flipping its out= tensor's conj or neg bit
+    // (linalg_lu_solve with left=False on complex input): metadata of this
+    // kernel view only, so write the value it stands for into the memory.
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      at::Tensor& t = inputs[i];
+      if (t.is_conj() == bits[i].first && t.is_neg() == bits[i].second) continue;
+      at::Tensor value = t.resolve_conj().resolve_neg();
+      t._set_conj(bits[i].first);
+      t._set_neg(bits[i].second);
+      t.copy_(value);
+    }
     size_t k = 0;
     for (const IValue& r : cpu_stack) {
       // Results that alias inputs were written in place; fresh ones move.
@@ -818,6 +847,8 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               "'openreg' backend: it has no native openreg kernel and no CPU "
                               "kernel for the generic path to run.");
   probeRandomFillArguments(op, args, num_args);
+  // Before Meta inference resizes an out= argument (TensorIterator checks first).
+  if (op.hasTag(at::Tag::pointwise)) checkPointwiseOverlap(op.schema(), args, num_args);
   c10::DeviceGuard guard(*device);
   const bool async = tryRunAsynchronously(op, stack, num_args, *device);
   recordFallback(op, async);
