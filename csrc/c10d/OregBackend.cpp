@@ -28,6 +28,10 @@ namespace openreg::ccl {
 
 namespace {
 
+// The group whose collective this thread is completing (running its future's
+// callbacks), or null.
+thread_local const OregBackend* t_completingFor = nullptr;
+
 // The key prefix of this incarnation of the group, unique to it.
 //
 // torchrun's c10d rendezvous shares one TCPStore with the workers for the
@@ -248,6 +252,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   // fits the ring completes right here; the worker only drives what stays
   // in flight).
   if (device < 0 && !coalescing_ && (op.post || !call.asyncOp) && runInline(op)) return work;
+  const std::shared_ptr<OregWork::WorkerRef> mine = op.work;
   {
     std::lock_guard<std::mutex> g(mutex_);
     // Checked again: shutdown() may have begun since the check above, and an
@@ -261,7 +266,30 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   cv_.notify_all();
   transport_->wakeup();
   if (coalescing_) coalesced_.push_back(work);
+  if (t_completingFor == this && !coalescing_) {
+    if (issuing.owns_lock()) issuing.unlock();  // the operations run may issue again
+    runQueuedThrough(mine);
+  }
   return work;
+}
+
+void OregBackend::runQueuedThrough(const std::shared_ptr<OregWork::WorkerRef>& mine) {
+  // This thread holds running_ (it is inside runOp), so the worker stays
+  // parked and the transport is ours; the queue's order is the issue order.
+  for (;;) {
+    Op next;
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      if (queue_.empty()) return;
+      next = std::move(queue_.front());
+      queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_release);
+    }
+    const bool last = next.work == mine;
+    runOp(next);
+    releaseLater(std::move(next));
+    if (last) return;
+  }
 }
 
 bool OregBackend::runInline(Op& op) {
@@ -423,7 +451,17 @@ void OregBackend::runOp(Op& op) {
         BusySpan busy;  // stream dependencies met: the collective itself
         op.body(c);
       }
-      op.kept = op.work->complete(nullptr);
+      // Future callbacks run here; one that issues on this group makes
+      // enqueue run the queue on this thread (runQueuedThrough).
+      const OregBackend* outer = t_completingFor;
+      t_completingFor = this;
+      try {
+        op.kept = op.work->complete(nullptr);
+      } catch (...) {
+        t_completingFor = outer;
+        throw;
+      }
+      t_completingFor = outer;
     }
     sweepInFlight();
   } catch (...) {
@@ -470,8 +508,31 @@ void OregBackend::failAll(std::exception_ptr error) {
 
 // ---- point to point ----------------------------------------------------------
 
+c10::intrusive_ptr<c10d::Work> OregBackend::raiseAtWaitWhileCoalescing(
+    c10d::OpType type, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+  if (!coalescing_) return issue();
+  try {
+    return issue();
+  } catch (const std::exception&) {
+    // c10d's coalescing manager is not exception-safe: an error raised inside
+    // its block leaves the process group coalescing for good (later
+    // collectives silently do nothing). Raise it at wait(), as gloo does.
+    auto failed = c10::make_intrusive<OregWork>(getRank(), type, std::vector<at::Tensor>{}, -1,
+                                                /*blockHost=*/true);
+    failed->complete(std::current_exception());
+    coalesced_.push_back(failed);
+    return failed;
+  }
+}
+
 c10::intrusive_ptr<c10d::Work> OregBackend::send(std::vector<at::Tensor>& tensors, int dstRank,
                                                  int tag) {
+  return raiseAtWaitWhileCoalescing(c10d::OpType::SEND,
+                                    [&] { return sendImpl(tensors, dstRank, tag); });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::sendImpl(std::vector<at::Tensor>& tensors, int dstRank,
+                                                     int tag) {
   at::Tensor t = checkSingle(tensors, "send");
   TORCH_CHECK_VALUE(dstRank >= 0 && dstRank < getSize() && dstRank != getRank(),
                     "oreg_ccl: send to invalid rank ", dstRank, " (group size ", getSize(),
@@ -491,7 +552,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::send(std::vector<at::Tensor>& tensor
 
 c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensors, int srcRank,
                                                  int tag) {
-  return recvImpl(tensors, srcRank, tag, c10d::kUnsetTimeout);
+  return raiseAtWaitWhileCoalescing(
+      c10d::OpType::RECV, [&] { return recvImpl(tensors, srcRank, tag, c10d::kUnsetTimeout); });
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::recvImpl(std::vector<at::Tensor>& tensors, int srcRank,

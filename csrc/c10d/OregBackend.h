@@ -222,7 +222,17 @@ class OregBackend final : public c10d::Backend {
   // hand-offs per small collective or send); a collective also needs nothing
   // in flight. False if not.
   bool runInline(Op& op);
+  // Called from a future callback running on the thread that owns the
+  // transport (it completed a collective): run the queued operations, in
+  // order, up to and including `mine`, so a callback that waits for an
+  // operation it issued (PowerSGD's hook) does not wait for itself.
+  void runQueuedThrough(const std::shared_ptr<OregWork::WorkerRef>& mine);
   void sweepInFlight();
+  // `issue()`, except that inside a coalescing block its error is raised by
+  // the returned (already failed) work's wait() instead of here.
+  c10::intrusive_ptr<c10d::Work> raiseAtWaitWhileCoalescing(
+      c10d::OpType type, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue);
+  c10::intrusive_ptr<c10d::Work> sendImpl(std::vector<at::Tensor>& tensors, int dstRank, int tag);
   void failAll(std::exception_ptr error);
   c10::intrusive_ptr<c10d::Work> recvImpl(std::vector<at::Tensor>& tensors, int srcRank, int tag,
                                           std::chrono::milliseconds timeout);

@@ -224,12 +224,16 @@ c10::intrusive_ptr<OregWork> OregWork::combine(
     int rank, const std::vector<c10::intrusive_ptr<OregWork>>& parts) {
   std::vector<at::Tensor> outputs;
   int device = -1;
+  bool anyHost = false;
   for (auto& p : parts) {
     for (auto& t : p->outputs_) outputs.push_back(t);
     device = std::max(device, p->device_);
+    anyHost = anyHost || p->device_ < 0;
   }
+  // A batch that mixes CPU and openreg tensors: wait() blocks the host, or a
+  // CPU receive could be read before it is filled.
   auto all = c10::make_intrusive<OregWork>(rank, c10d::OpType::COALESCED, std::move(outputs),
-                                           device, false);
+                                           device, /*blockHost=*/anyHost);
   // wait() on the group releases every part's tensors.
   for (auto& p : parts)
     all->stashes_.insert(all->stashes_.end(), p->stashes_.begin(), p->stashes_.end());

@@ -93,3 +93,37 @@ if __name__ == "__main__":  # one torchrun worker
         train(dist.get_rank(), dist.get_world_size(), hook)
     dist.destroy_process_group()
     print("ddp hooks ok", flush=True)
+
+
+def powersgd(rank, n, device_type):
+    # PowerSGD's callbacks issue collectives and wait for them inside the
+    # future callback of the previous one (on the thread that completed it).
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dev = torch.device("openreg", rank) if device_type == "openreg" else torch.device("cpu")
+    if device_type == "openreg":
+        torch.openreg.set_device(dev)
+    ddp = DDP(model().to(dev))
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1,
+                                        start_powerSGD_iter=2)
+    ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    x, y = data()
+    shard = slice(rank * 32 // n, (rank + 1) * 32 // n)
+    losses = []
+    for loss in sgd_steps(ddp, x[shard].to(dev), y[shard].to(dev)):
+        total = loss.detach().clone()
+        dist.all_reduce(total, op=dist.ReduceOp.AVG)
+        losses.append(total.item())
+    # The first two steps allreduce uncompressed (start_powerSGD_iter=2).
+    torch.testing.assert_close(losses[:2], reference_losses()[:2], rtol=1e-5, atol=1e-5)
+    for p in ddp.parameters():
+        ps = [torch.empty_like(p) for _ in range(n)]
+        dist.all_gather(ps, p.detach())
+        for q in ps:
+            assert torch.equal(q.cpu(), ps[0].cpu())
+
+
+@pytest.mark.parametrize("device_type", ["openreg", "cpu"])
+def test_powersgd_hook_runs(tmp_path, device_type):
+    spawn(powersgd, 2, tmp_path, device_type, timeout=120, pg_timeout=20)

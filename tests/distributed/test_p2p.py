@@ -108,3 +108,58 @@ def host_p2p_inline(rank, n):
 
 def test_host_p2p_inline_and_in_flight(tmp_path):
     spawn(host_p2p_inline, 2, tmp_path)
+
+
+def mixed_device_batch(rank, n):
+    # One batch with a CPU and an openreg receive: wait() must cover the CPU
+    # one on the host (the openreg one alone would only hold the stream).
+    import time
+
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    peer = 1 - rank
+    if rank == 0:
+        time.sleep(0.5)  # the receiver waits before anything was sent
+        ops = [dist.P2POp(dist.isend, torch.full((3,), 7.0), peer),
+               dist.P2POp(dist.isend, torch.full((3,), 8.0, device=dev), peer)]
+    else:
+        cpu, on_dev = torch.zeros(3), torch.zeros(3, device=dev)
+        ops = [dist.P2POp(dist.irecv, cpu, peer), dist.P2POp(dist.irecv, on_dev, peer)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    if rank == 1:
+        assert torch.equal(cpu, torch.full((3,), 7.0)), cpu  # read at once, no sync
+        assert torch.equal(on_dev.cpu(), torch.full((3,), 8.0))
+
+
+def test_batch_mixing_cpu_and_openreg_tensors(tmp_path):
+    spawn(mixed_device_batch, 2, tmp_path, timeout=60)
+
+
+def bad_op_in_batch(rank, n):
+    # An invalid op inside batch_isend_irecv (here: a send to oneself) raises at
+    # wait(), after c10d's coalescing block closed: raised inside it, the error
+    # would leave the process group coalescing and later collectives no-ops.
+    peer = 1 - rank
+    ops = [dist.P2POp(dist.isend, torch.ones(2), rank),
+           dist.P2POp(dist.isend, torch.ones(2), peer),
+           dist.P2POp(dist.irecv, torch.zeros(2), peer)]
+    works = dist.batch_isend_irecv(ops)
+    try:
+        for w in works:
+            w.wait()
+        raise AssertionError("the send to self did not raise")
+    except ValueError as e:
+        assert "invalid rank" in str(e), e
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), 2.0)), t
+    got = torch.zeros(2)
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((2,), 5.0), peer),
+                                     dist.P2POp(dist.irecv, got, peer)]):
+        w.wait()
+    assert torch.equal(got, torch.full((2,), 5.0))
+
+
+def test_invalid_op_in_a_batch_raises_at_wait(tmp_path):
+    spawn(bad_op_in_batch, 2, tmp_path, timeout=60, pg_timeout=15)

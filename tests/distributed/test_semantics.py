@@ -320,3 +320,38 @@ def groups(rank, n):
 
 def test_subgroups_split_and_device_mesh(tmp_path):
     spawn(groups, 4, tmp_path, init={"device_id": True})
+
+
+def callback_waits_on_collective(rank, n, device_type):
+    # A future callback runs on the thread that completed the collective (the
+    # group's worker, or the caller for a host collective run inline); one that
+    # issues another collective and waits for it must not wait for itself.
+    dev = torch.device("openreg", rank) if device_type == "openreg" else torch.device("cpu")
+    if device_type == "openreg":
+        torch.openreg.set_device(dev)
+    expect = float(sum(range(1, n + 1)))
+    t = torch.full((4,), rank + 1.0, device=dev)
+    seen = []
+
+    def nested(fut):
+        u = fut.value()[0].clone() * (rank + 1)
+        dist.all_reduce(u)  # synchronous
+        v = torch.full((2,), 1.0, device=dev)
+        w = dist.all_reduce(v, async_op=True).get_future().wait()[0]
+        seen.append((u.cpu(), w.cpu()))
+        return u
+
+    start = time.monotonic()
+    out = dist.all_reduce(t, async_op=True).get_future().then(nested).wait()
+    assert time.monotonic() - start < 10, "the callback's collectives waited for a timeout"
+    assert torch.equal(out.cpu(), torch.full((4,), expect * expect))
+    assert torch.equal(seen[0][1], torch.full((2,), float(n)))
+    # The group still works and keeps its order afterwards.
+    x = torch.ones(3, device=dev)
+    dist.all_reduce(x)
+    assert torch.equal(x.cpu(), torch.full((3,), float(n)))
+
+
+def test_future_callback_that_waits_on_a_collective(tmp_path):
+    for device_type in ("openreg", "cpu"):
+        spawn(callback_waits_on_collective, 3, tmp_path, device_type, timeout=90, pg_timeout=20)
