@@ -3,6 +3,7 @@
 // Bodies capture forWorker() aliases (Staging.h): CPU tensors themselves, which
 // keeps them alive until the worker is done; for openreg tensors, non-owning
 // views at the issue-time address (the Work keeps the caller's tensors).
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sparse_coo_tensor.h>
@@ -111,6 +112,23 @@ void allreduceSparse(Collective& c, const at::Tensor& t) {
               .coalesce());
 }
 
+// `part` may alias `whole` only as NCCL's in-place form: exactly block `rank`
+// of it (all-gather's input, reduce-scatter's output). Any other overlap is
+// undefined for NCCL, and here a peer reading straight from this rank's
+// memory could see the block already overwritten: refuse it at the call.
+void checkInPlaceBlock(const at::Tensor& whole, const at::Tensor& part, int rank, const char* name,
+                       const char* partName) {
+  if (!whole.storage().is_alias_of(part.storage()) ||
+      at::get_overlap_status(whole, part) == at::MemOverlapStatus::No)
+    return;
+  const bool block = whole.is_contiguous() && part.is_contiguous() &&
+                     static_cast<const char*>(part.data_ptr()) ==
+                         static_cast<const char*>(whole.data_ptr()) + rank * part.nbytes();
+  TORCH_CHECK_VALUE(block, "oreg_ccl: ", name, ": the ", partName, " overlaps the ",
+                    partName[0] == 'i' ? "output" : "input", " other than as block ", rank,
+                    " of it (this rank's; in-place use passes exactly that block)");
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allreduce(std::vector<at::Tensor>& tensors,
@@ -214,6 +232,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherImpl(std::vector<at::Tensor
                       ": output has ", outputs[i].numel(), " elements, expected ", getSize(),
                       " x ", inputs[i].numel());
     desc += describe(inputs[i]);
+    checkInPlaceBlock(outputs[i], inputs[i], getRank(), name, "input");
   }
   checkWritable(outputs, name);
   return enqueue(c10d::OpType::_ALLGATHER_BASE, name, desc, inputs, outputs, call,
@@ -375,6 +394,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterImpl(std::vector<at::Te
     specs.push_back(reduceSpec(opts.reduceOp, inputs[i], name));
     if (specs.back().factorTensor.defined()) reads.push_back(specs.back().factorTensor);
     desc += describe(outputs[i]);
+    checkInPlaceBlock(inputs[i], outputs[i], getRank(), name, "output");
   }
   checkWritable(outputs, name);
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, desc + " " + specs[0].name, reads,

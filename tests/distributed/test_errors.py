@@ -69,6 +69,20 @@ def mismatches(rank, n):
         dist.all_to_all_single(torch.empty(n + 1), torch.ones(n + 1),
                                [1 if p == rank else 2 if p == (rank + 1) % n else 1 for p in range(n)],
                                [2 if p == rank else 1 for p in range(n)])
+    # In-place all-gather / reduce-scatter alias only this rank's block (NCCL's
+    # in-place form, which works); another overlap is refused at the call (a
+    # peer could read the block after it was overwritten).
+    buf = torch.zeros(4 * n)
+    buf[4 * rank:4 * rank + 4] = rank + 1.0
+    dist.all_gather_into_tensor(buf, buf[4 * rank:4 * rank + 4])
+    assert buf.tolist() == [float(r + 1) for r in range(n) for _ in range(4)]
+    dist.reduce_scatter_tensor(buf[4 * rank:4 * rank + 4], buf)
+    assert buf[4 * rank:4 * rank + 4].tolist() == [float(n * (rank + 1))] * 4
+    other = (rank + 1) % n
+    with pytest.raises(ValueError, match="overlaps the output other than as block"):
+        dist.all_gather_into_tensor(buf, buf[4 * other:4 * other + 4])
+    with pytest.raises(ValueError, match="overlaps the input other than as block"):
+        dist.reduce_scatter_tensor(buf[4 * other:4 * other + 4], buf)
     # The default group is still healthy.
     t = torch.ones(3)
     dist.all_reduce(t)
