@@ -311,9 +311,11 @@ def kernel_failed_before_collective(rank, n, tmp):
     if rank == 0:
         x[torch.tensor([10], device=dev)]  # raises later, on the stream
     start = time.monotonic()
-    with pytest.raises(RuntimeError, match="launch failure|failed asynchronously"):
-        # Rank 0: raises here if its stream failed before the launch, else at
-        # synchronize(); rank 1: its stream's hold on the failed all_reduce.
+    with pytest.raises(RuntimeError, match="launch failure|failed asynchronously|cannot start"):
+        # Rank 0: raises here if its stream failed before the launch, or if the
+        # worker already failed the all_reduce for it ("cannot start") when
+        # wait() ran, else at synchronize(); rank 1: its stream's hold on the
+        # failed all_reduce.
         dist.all_reduce(x)
         torch.openreg.synchronize()
     assert time.monotonic() - start < 15, time.monotonic() - start
