@@ -1,9 +1,11 @@
-// OregBackend (the c10d::Backend subclass, OregBackend.h): construction, the operation queue and its worker, coalescing,
-// point-to-point, split and shutdown. The collectives' bodies (argument
-// checks and staging) live in OregCollectives.cpp.
+// OregBackend (the c10d::Backend subclass, OregBackend.h): construction, the
+// operation queue and its worker, coalescing, point-to-point, split and
+// shutdown. The collectives' bodies (argument checks and staging) live in
+// OregCollectives.cpp.
 #include "OregBackend.h"
 
 #include <ATen/ops/zeros.h>
+#include <c10/util/ScopeExit.h>
 #include <c10/util/StringUtil.h>
 #include <c10/util/thread_name.h>
 
@@ -252,7 +254,10 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   // fits the ring completes right here; the worker only drives what stays
   // in flight).
   if (device < 0 && !coalescing_ && (op.post || !call.asyncOp) && runInline(op)) return work;
-  const std::shared_ptr<OregWork::WorkerRef> mine = op.work;
+  // Issued by a callback of this group's collective on the thread running it:
+  // run the queue through it here (runQueuedThrough).
+  const bool nested = t_completingFor == this && !coalescing_;
+  const std::shared_ptr<OregWork::WorkerRef> mine = nested ? op.work : nullptr;
   {
     std::lock_guard<std::mutex> g(mutex_);
     // Checked again: shutdown() may have begun since the check above, and an
@@ -266,7 +271,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   cv_.notify_all();
   transport_->wakeup();
   if (coalescing_) coalesced_.push_back(work);
-  if (t_completingFor == this && !coalescing_) {
+  if (nested) {
     if (issuing.owns_lock()) issuing.unlock();  // the operations run may issue again
     runQueuedThrough(mine);
   }
@@ -453,15 +458,9 @@ void OregBackend::runOp(Op& op) {
       }
       // Future callbacks run here; one that issues on this group makes
       // enqueue run the queue on this thread (runQueuedThrough).
-      const OregBackend* outer = t_completingFor;
+      auto restore = c10::make_scope_exit([outer = t_completingFor] { t_completingFor = outer; });
       t_completingFor = this;
-      try {
-        op.kept = op.work->complete(nullptr);
-      } catch (...) {
-        t_completingFor = outer;
-        throw;
-      }
-      t_completingFor = outer;
+      op.kept = op.work->complete(nullptr);
     }
     sweepInFlight();
   } catch (...) {
@@ -509,7 +508,7 @@ void OregBackend::failAll(std::exception_ptr error) {
 // ---- point to point ----------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> OregBackend::raiseAtWaitWhileCoalescing(
-    c10d::OpType type, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue) {
+    c10d::OpType type, c10::function_ref<c10::intrusive_ptr<c10d::Work>()> issue) {
   if (!coalescing_) return issue();
   try {
     return issue();

@@ -32,6 +32,7 @@
 // c10d backend).
 #pragma once
 
+#include <c10/util/FunctionRef.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -231,7 +232,7 @@ class OregBackend final : public c10d::Backend {
   // `issue()`, except that inside a coalescing block its error is raised by
   // the returned (already failed) work's wait() instead of here.
   c10::intrusive_ptr<c10d::Work> raiseAtWaitWhileCoalescing(
-      c10d::OpType type, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue);
+      c10d::OpType type, c10::function_ref<c10::intrusive_ptr<c10d::Work>()> issue);
   c10::intrusive_ptr<c10d::Work> sendImpl(std::vector<at::Tensor>& tensors, int dstRank, int tag);
   void failAll(std::exception_ptr error);
   c10::intrusive_ptr<c10d::Work> recvImpl(std::vector<at::Tensor>& tensors, int srcRank, int tag,

@@ -117,15 +117,15 @@ void allreduceSparse(Collective& c, const at::Tensor& t) {
 // undefined for NCCL, and here a peer reading straight from this rank's
 // memory could see the block already overwritten: refuse it at the call.
 void checkInPlaceBlock(const at::Tensor& whole, const at::Tensor& part, int rank, const char* name,
-                       const char* partName) {
+                       const char* partName, const char* wholeName) {
   if (!whole.storage().is_alias_of(part.storage()) ||
       at::get_overlap_status(whole, part) == at::MemOverlapStatus::No)
     return;
   const bool block = whole.is_contiguous() && part.is_contiguous() &&
                      static_cast<const char*>(part.data_ptr()) ==
                          static_cast<const char*>(whole.data_ptr()) + rank * part.nbytes();
-  TORCH_CHECK_VALUE(block, "oreg_ccl: ", name, ": the ", partName, " overlaps the ",
-                    partName[0] == 'i' ? "output" : "input", " other than as block ", rank,
+  TORCH_CHECK_VALUE(block, "oreg_ccl: ", name, ": the ", partName, " overlaps the ", wholeName,
+                    " other than as block ", rank,
                     " of it (this rank's; in-place use passes exactly that block)");
 }
 
@@ -232,7 +232,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherImpl(std::vector<at::Tensor
                       ": output has ", outputs[i].numel(), " elements, expected ", getSize(),
                       " x ", inputs[i].numel());
     desc += describe(inputs[i]);
-    checkInPlaceBlock(outputs[i], inputs[i], getRank(), name, "input");
+    checkInPlaceBlock(outputs[i], inputs[i], getRank(), name, "input", "output");
   }
   checkWritable(outputs, name);
   return enqueue(c10d::OpType::_ALLGATHER_BASE, name, desc, inputs, outputs, call,
@@ -394,7 +394,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterImpl(std::vector<at::Te
     specs.push_back(reduceSpec(opts.reduceOp, inputs[i], name));
     if (specs.back().factorTensor.defined()) reads.push_back(specs.back().factorTensor);
     desc += describe(outputs[i]);
-    checkInPlaceBlock(inputs[i], outputs[i], getRank(), name, "output");
+    checkInPlaceBlock(inputs[i], outputs[i], getRank(), name, "output", "input");
   }
   checkWritable(outputs, name);
   return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, desc + " " + specs[0].name, reads,

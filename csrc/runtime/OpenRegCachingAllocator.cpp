@@ -80,7 +80,10 @@ void statAdd(StatArray& stats, bool small, int64_t amount) {
 
 class DeviceCache {
  public:
-  explicit DeviceCache(c10::DeviceIndex device) : device_(device) {}
+  explicit DeviceCache(c10::DeviceIndex device) : device_(device) {
+    // Once per device: a bad OPENREG_DEVICE_MEMORY (or count) is an error, not a default.
+    TORCH_CHECK(orConfigError().empty(), "openreg error: ", orConfigError());
+  }
 
   Block* malloc(size_t requested, c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(mutex_);

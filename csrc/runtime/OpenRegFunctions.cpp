@@ -14,8 +14,10 @@ c10::DeviceIndex device_count() noexcept {
 }
 
 void check_device_index(int64_t index) {
+  if (C10_LIKELY(index >= 0 && index < device_count())) return;
+  // A bad OPENREG_DEVICE_COUNT leaves no devices: say why.
   TORCH_CHECK(orConfigError().empty(), "openreg error: ", orConfigError());
-  TORCH_CHECK(index >= 0 && index < device_count(),
+  TORCH_CHECK(false,
               "openreg error: invalid device ordinal: openreg:", index,
               " requested, but only ", static_cast<int>(device_count()),
               " openreg devices exist (valid indices are 0..",

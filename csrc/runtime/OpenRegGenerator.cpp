@@ -3,7 +3,6 @@
 #include <array>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <mutex>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -43,7 +42,6 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     seed_ = seed;
     offset_ = 0;
     snapshots_.clear();
-    snapshot_order_.clear();
     cpu_ = at::make_generator<at::CPUGeneratorImpl>(seed);
   }
   void set_offset(uint64_t offset) override { restore(seed_, offset); }
@@ -68,15 +66,12 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     // Remember the exact CPU sequence position so set_state can resume it;
     // the oldest snapshot goes first (activation checkpointing takes one per
     // checkpointed block in the forward and restores them in reverse).
-    const std::pair<uint64_t, uint64_t> key{seed_, offset_};
-    if (snapshots_.find(key) == snapshots_.end()) {
-      if (snapshot_order_.size() >= kMaxSnapshots) {
-        snapshots_.erase(snapshot_order_.front());
-        snapshot_order_.pop_front();
-      }
-      snapshot_order_.push_back(key);
+    if (Snapshot* same = snapshotOf(seed_, offset_)) {
+      same->cpu = cpu_.clone();
+    } else {
+      if (snapshots_.size() >= kMaxSnapshots) snapshots_.pop_front();
+      snapshots_.push_back({seed_, offset_, cpu_.clone()});
     }
-    snapshots_[key] = cpu_.clone();
     auto state = at::detail::empty_cpu({kStateBytes}, at::kByte, std::nullopt, std::nullopt,
                                        std::nullopt, std::nullopt);
     uint64_t words[2] = {seed_, offset_};
@@ -104,9 +99,8 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
 
   void restore(uint64_t seed, uint64_t offset) {
     if (seed == seed_ && offset == offset_) return;
-    auto it = snapshots_.find({seed, offset});
-    if (it != snapshots_.end()) {
-      cpu_ = it->second.clone();
+    if (Snapshot* s = snapshotOf(seed, offset)) {
+      cpu_ = s->cpu.clone();
     } else {
       cpu_ = at::make_generator<at::CPUGeneratorImpl>(offset == 0 ? seed
                                                                   : splitmix64(seed ^ splitmix64(offset)));
@@ -126,8 +120,16 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
   at::Generator cpu_;
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;
-  mutable std::map<std::pair<uint64_t, uint64_t>, at::Generator> snapshots_;
-  mutable std::deque<std::pair<uint64_t, uint64_t>> snapshot_order_;  // oldest first
+  struct Snapshot {
+    uint64_t seed, offset;
+    at::Generator cpu;  // the CPU generator at that state
+  };
+  Snapshot* snapshotOf(uint64_t seed, uint64_t offset) const {
+    for (auto& s : snapshots_)
+      if (s.seed == seed && s.offset == offset) return &s;
+    return nullptr;
+  }
+  mutable std::deque<Snapshot> snapshots_;  // oldest first
 };
 
 constexpr int kMaxDevices = 64;

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
@@ -99,30 +100,35 @@ const char* orGetErrorString(orError error) {
   return "unknown error";
 }
 
-int orDeviceCount() {
-  static const int count = readDeviceCount();
-  return count < 0 ? 0 : count;
+namespace {
+
+// The two knobs, read once; `error` says what is wrong with them ("" if nothing).
+struct DeviceConfig {
+  int count = readDeviceCount();
+  size_t memory = readDeviceMemory();
+  std::string error;
+
+  DeviceConfig() {
+    if (count < 0)
+      error = std::string("OPENREG_DEVICE_COUNT must be an integer in 1..64, got '") +
+              std::getenv("OPENREG_DEVICE_COUNT") + "'";
+    if (memory == 0)
+      error += std::string(error.empty() ? "" : "; ") +
+               "OPENREG_DEVICE_MEMORY must be a positive size such as 512MiB, 16GiB or 4096, "
+               "got '" + std::getenv("OPENREG_DEVICE_MEMORY") + "'";
+  }
+};
+
+const DeviceConfig& deviceConfig() {
+  static const DeviceConfig config;
+  return config;
 }
 
-size_t orDeviceTotalMemory() {
-  static const size_t bytes = readDeviceMemory();
-  return bytes;
-}
+}  // namespace
 
-const std::string& orConfigError() {
-  static const std::string error = [] {
-    std::string why;
-    if (readDeviceCount() < 0)
-      why += std::string("OPENREG_DEVICE_COUNT must be an integer in 1..64, got '") +
-             std::getenv("OPENREG_DEVICE_COUNT") + "'";
-    if (readDeviceMemory() == 0)
-      why += std::string(why.empty() ? "" : "; ") +
-             "OPENREG_DEVICE_MEMORY must be a positive size such as 512MiB, 16GiB or 4096, got '" +
-             std::getenv("OPENREG_DEVICE_MEMORY") + "'";
-    return why;
-  }();
-  return error;
-}
+int orDeviceCount() { return std::max(deviceConfig().count, 0); }
+size_t orDeviceTotalMemory() { return deviceConfig().memory; }
+const std::string& orConfigError() { return deviceConfig().error; }
 
 bool orIsInitialized() { return g_initialized.load(); }
 bool orIsForkedChild() { return g_forked_child.load(std::memory_order_relaxed); }
