@@ -198,7 +198,10 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   std::unique_lock<std::mutex> issuing(issueMutex_, std::defer_lock);
   if (device >= 0) issuing.lock();
   Op op;
-  auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost);
+  // A single collective's future is a device future (FutureStreams.h); a
+  // send's or receive's may complete out of issue order, so it is the worker's.
+  auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost,
+                                            !post && !coalescing_ ? futureStreams_ : nullptr);
   op.work = work->attachWorker(/*releasable=*/!post && !coalescing_);
   op.timeout = timeoutOf(call.timeout);
   if (post) {

@@ -255,6 +255,7 @@ class OregBackend final : public c10d::Backend {
   uint64_t seq_ = 0;  // collectives issued (caller thread)
   // What on the callers' streams needs no marker kernel (see StreamOrder.h).
   std::shared_ptr<StreamOrder> streamOrder_ = std::make_shared<StreamOrder>();
+  std::shared_ptr<FutureStreams> futureStreams_ = std::make_shared<FutureStreams>();
   std::mutex issueMutex_;  // held from a device operation's tag to its push (enqueue)
   std::atomic<uint64_t> streamMarkers_{0}, streamMarkersSkipped_{0};
   uint64_t splitsBuilt_ = 0;

@@ -6,21 +6,24 @@
 #include "../aten/Launch.h"
 #include "../runtime/OpenRegStream.h"
 
+#include <c10/core/StreamGuard.h>
+
 #include <thread>
 
 namespace openreg::ccl {
 
 OregWork::OregWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int device,
-                   bool blockHost)
+                   bool blockHost, std::shared_ptr<FutureStreams> futureStreams)
     : Work(rank, type),
       outputs_(std::move(outputs)),
       device_(device),
       blockHost_(blockHost || device < 0),
-      // No devices: completing the future records no events. The data is
-      // final when the worker completes it, and openreg consumers are ordered
-      // by wait(), as with NCCL.
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      futureStreams_(device_ >= 0 && !blockHost_ ? std::move(futureStreams) : nullptr) {
+  // A host future has no devices: completing it records no events, the data
+  // is final when the worker completes it.
+  if (!futureStreams_)
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+}
 
 int OregWork::sourceRank() const {
   // The sender is only known once the message arrived: for openreg tensors,
@@ -36,7 +39,36 @@ std::vector<at::Tensor> OregWork::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> OregWork::getFuture() {
   if (auto ref = workerRef_.lock()) ref->pin(c10::intrusive_ptr<OregWork>::reclaim_copy(this));
+  if (futureStreams_) std::call_once(deviceFutureOnce_, [this] { future_ = makeDeviceFuture(); });
   return future_;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> OregWork::makeDeviceFuture() {
+  const c10::Device device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device_));
+  auto future = c10::make_intrusive<c10::ivalue::Future>(
+      c10::ListType::create(c10::TensorType::get()), std::vector<c10::Device>{device});
+  bool done;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    done = completed_;
+    error = exception_;
+  }
+  if (error) {
+    future->setError(error);
+    return future;
+  }
+  try {
+    const c10::Stream stream = futureStreams_->of(device.index());
+    if (!done) launchKernel(stream, holdUntilDone());
+    // The future's event is recorded on the current stream of its device.
+    c10::StreamGuard current(stream);
+    future->markCompleted(c10::IValue(outputs_));
+  } catch (...) {
+    // The group's future stream failed with an earlier collective: its error.
+    future->setError(std::current_exception());
+  }
+  return future;
 }
 
 void OregWork::release_resources() {
@@ -102,7 +134,8 @@ void OregWork::complete(std::exception_ptr error) {
   completion_->set(error);
   cv_.notify_all();
   for (auto& cb : callbacks) cb(error);
-  // Future callbacks (DDP's hooks) run here, on the worker thread.
+  if (futureStreams_) return;  // a device future completes in getFuture()
+  // A host future's callbacks run here, on the worker thread.
   if (error)
     future_->setError(error);
   else
@@ -189,10 +222,17 @@ void OregWork::blockStream() {
   // The stream waits for the operation; a failure surfaces as the stream's
   // asynchronous error (like a failed NCCL kernel), and wait() on a work that
   // already failed raises directly.
-  auto completion = completion_;
   const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device_));
   const uint64_t before = orStreamLaunchCount(rawStream(stream));
-  launchKernel(stream, [completion] {
+  launchKernel(stream, holdUntilDone());
+  if (streamOrder_) streamOrder_->coverWait(rawStream(stream), before);
+  // Only now: later work on this stream is ordered after the operation.
+  unstash();
+  releaseFromWorker();
+}
+
+std::function<void()> OregWork::holdUntilDone() const {
+  return [completion = completion_] {
     completion->wait();
     std::exception_ptr error;
     {
@@ -200,11 +240,7 @@ void OregWork::blockStream() {
       error = completion->error;
     }
     if (error) std::rethrow_exception(error);
-  });
-  if (streamOrder_) streamOrder_->coverWait(rawStream(stream), before);
-  // Only now: later work on this stream is ordered after the operation.
-  unstash();
-  releaseFromWorker();
+  };
 }
 
 void OregWork::synchronize() {

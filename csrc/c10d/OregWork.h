@@ -10,8 +10,10 @@
 //    return at once; the host never blocks.
 //  - CPU tensors, and every barrier: wait() blocks the caller (with the GIL
 //    released by c10d's bindings) and rethrows the operation's error.
-// getFuture() completes with the output tensor list (DDP's reducer needs a
-// TensorList) or with the error.
+// getFuture() gives a future of the output tensor list (DDP's reducer needs a
+// TensorList). For a collective on openreg tensors it is NCCL's kind: complete
+// at once, its data ready when its event fires (FutureStreams.h). Otherwise
+// the worker completes it, with the outputs or the error.
 //
 // Thread safety: all methods may be called from any thread.
 #pragma once
@@ -22,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "FutureStreams.h"
 #include "StreamOrder.h"
 
 namespace openreg::ccl {
@@ -29,8 +32,10 @@ namespace openreg::ccl {
 class OregWork : public c10d::Work {
  public:
   // `device` is the openreg device index, or -1 for host (CPU) semantics.
+  // `futureStreams`: set for a single collective on openreg tensors, whose
+  // future is a device future recorded there.
   OregWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int device,
-           bool blockHost);
+           bool blockHost, std::shared_ptr<FutureStreams> futureStreams = nullptr);
 
   int sourceRank() const override;
   std::vector<at::Tensor> result() override;
@@ -86,6 +91,10 @@ class OregWork : public c10d::Work {
   void unstash();  // on the caller's thread: dropping a tensor may take the GIL
 
   void blockStream();
+  // A kernel that holds its stream until this work completes, then raises its
+  // error there (a failed collective fails the stream, as a failed NCCL kernel).
+  std::function<void()> holdUntilDone() const;
+  c10::intrusive_ptr<c10::ivalue::Future> makeDeviceFuture();
   void releaseFromWorker();  // after wait() queued the stream hold
   bool waitHost(std::chrono::milliseconds timeout);
 
@@ -97,7 +106,9 @@ class OregWork : public c10d::Work {
   const int device_;
   const bool blockHost_;
   std::atomic<int> sourceRank_{-1};
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  const std::shared_ptr<FutureStreams> futureStreams_;
+  std::once_flag deviceFutureOnce_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // device futures: set once, by getFuture()
   std::vector<std::function<void(std::exception_ptr)>> callbacks_;  // GUARDED_BY(mutex_)
 };
 

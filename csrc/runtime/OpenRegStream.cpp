@@ -13,13 +13,15 @@ namespace openreg {
 namespace {
 
 constexpr int kMaxDevices = 64;
-constexpr int kStreamsPerDevice = 1 + 2 * kStreamPoolSize;
+constexpr int kPooledStreams = 1 + 2 * kStreamPoolSize;
+constexpr int kStreamsPerDevice = kPooledStreams + kMaxDedicatedStreams;
 
 struct DeviceStreams {
   std::array<std::once_flag, kStreamsPerDevice> created;
   std::array<orStream, kStreamsPerDevice> streams{};
   std::atomic<uint32_t> next_low{0};
   std::atomic<uint32_t> next_high{0};
+  std::atomic<uint32_t> next_dedicated{0};
 };
 
 std::array<DeviceStreams, kMaxDevices> g_devices;
@@ -27,7 +29,7 @@ std::array<DeviceStreams, kMaxDevices> g_devices;
 thread_local std::array<c10::StreamId, kMaxDevices> t_current{};
 
 int priorityOfId(c10::StreamId id) {
-  return id > kStreamPoolSize ? -1 : 0;
+  return id > kStreamPoolSize && id < kPooledStreams ? -1 : 0;
 }
 
 void checkStream(const c10::Stream& stream) {
@@ -52,6 +54,15 @@ c10::Stream getStreamFromPool(c10::DeviceIndex device, int priority) {
                          ? 1 + kStreamPoolSize + (d.next_high++ % kStreamPoolSize)
                          : 1 + (d.next_low++ % kStreamPoolSize);
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+}
+
+c10::Stream createDedicatedStream(c10::DeviceIndex device) {
+  device = resolve_device(device);
+  const uint32_t n = g_devices[device].next_dedicated++;
+  TORCH_CHECK(n < kMaxDedicatedStreams, "openreg:", static_cast<int>(device), " has no ",
+              "dedicated stream left: a process may create ", kMaxDedicatedStreams);
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device),
+                     kPooledStreams + n);
 }
 
 c10::Stream getCurrentStream(c10::DeviceIndex device) {

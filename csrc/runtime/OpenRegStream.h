@@ -4,7 +4,8 @@
 // a per-thread current stream per device.
 //
 // StreamId layout: 0 = default stream, 1..kStreamPoolSize = priority 0 pool,
-// kStreamPoolSize+1..2*kStreamPoolSize = high-priority pool (any priority < 0).
+// kStreamPoolSize+1..2*kStreamPoolSize = high-priority pool (any priority < 0),
+// then streams handed out one each by createDedicatedStream.
 #pragma once
 
 #include <c10/core/Stream.h>
@@ -16,10 +17,15 @@
 namespace openreg {
 
 constexpr int kStreamPoolSize = 4;
+constexpr int kMaxDedicatedStreams = 256;  // per device, per process
 
 c10::Stream getDefaultStream(c10::DeviceIndex device);
 // priority < 0 selects the high-priority pool, as torch.cuda.Stream(priority=-1).
 c10::Stream getStreamFromPool(c10::DeviceIndex device, int priority);
+// A stream no one else is handed (cudaStreamCreate's, not the pool's): for
+// work that may block it for long, such as oreg_ccl's future events. Never
+// destroyed; at most kMaxDedicatedStreams per device.
+c10::Stream createDedicatedStream(c10::DeviceIndex device);
 c10::Stream getCurrentStream(c10::DeviceIndex device);
 void setCurrentStream(const c10::Stream& stream);
 // The driver stream behind a c10::Stream (created lazily).

@@ -1,5 +1,6 @@
 """DDP on openreg:rank over oreg_ccl trains like one process on the full batch."""
 import os
+import time
 
 import pytest
 import torch
@@ -31,6 +32,19 @@ def sgd_steps(module, x, y):
         yield loss
 
 
+def sharded_losses(ddp, rank, n, dev):
+    """Each step's loss of `ddp` trained on this rank's shard, averaged over ranks
+    (equal shards: the mean of means is the full batch's mean)."""
+    x, y = data()
+    shard = slice(rank * 32 // n, (rank + 1) * 32 // n)
+    losses = []
+    for loss in sgd_steps(ddp, x[shard].to(dev), y[shard].to(dev)):
+        total = loss.detach().clone()
+        dist.all_reduce(total, op=dist.ReduceOp.AVG)
+        losses.append(total.item())
+    return losses
+
+
 def reference_losses():
     return [loss.item() for loss in sgd_steps(model(), *data())]
 
@@ -51,13 +65,7 @@ def train(rank, n, hook):
             return compress(state, bucket)
 
         ddp.register_comm_hook(None, compressed)
-    x, y = data()
-    shard = slice(rank * 32 // n, (rank + 1) * 32 // n)
-    losses = []
-    for loss in sgd_steps(ddp, x[shard].to(dev), y[shard].to(dev)):
-        total = loss.detach().clone()
-        dist.all_reduce(total, op=dist.ReduceOp.AVG)  # equal shards: mean of means
-        losses.append(total.item())
+    losses = sharded_losses(ddp, rank, n, dev)
     tol = 1e-5 if hook == "default" else 2e-2
     torch.testing.assert_close(losses, reference_losses(), rtol=tol, atol=tol)
     # Replicas stay identical.
@@ -108,13 +116,7 @@ def powersgd(rank, n, device_type):
     state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1,
                                         start_powerSGD_iter=2)
     ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-    x, y = data()
-    shard = slice(rank * 32 // n, (rank + 1) * 32 // n)
-    losses = []
-    for loss in sgd_steps(ddp, x[shard].to(dev), y[shard].to(dev)):
-        total = loss.detach().clone()
-        dist.all_reduce(total, op=dist.ReduceOp.AVG)
-        losses.append(total.item())
+    losses = sharded_losses(ddp, rank, n, dev)
     # The first two steps allreduce uncompressed (start_powerSGD_iter=2).
     torch.testing.assert_close(losses[:2], reference_losses()[:2], rtol=1e-5, atol=1e-5)
     for p in ddp.parameters():
@@ -127,3 +129,41 @@ def powersgd(rank, n, device_type):
 @pytest.mark.parametrize("device_type", ["openreg", "cpu"])
 def test_powersgd_hook_runs(tmp_path, device_type):
     spawn(powersgd, 2, tmp_path, device_type, timeout=120, pg_timeout=20)
+
+
+def nested_in_callbacks(rank, n):
+    # With several buckets in flight, a hook's callbacks issue collectives
+    # while the backward pass still issues later buckets' all-reduces. The
+    # callbacks run at then() on the caller's thread (device futures, as
+    # NCCL's), so every rank issues them in the same order. Each callback's
+    # probe has a size of its own: any other order is a mismatch error, and a
+    # wrong probe sum would scale the gradients wrongly.
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    ddp = DDP(model().to(dev), bucket_cap_mb=1e-5)  # one bucket per parameter
+
+    buckets = set()
+
+    def hook(_, bucket):
+        buckets.add(bucket.index())
+        size = bucket.index() + 1
+        if rank == 1 and bucket.index() > 0:
+            time.sleep(0.1)  # rank 0 issues its later buckets first
+
+        def average(fut):
+            probe = torch.full((size,), rank + 1.0, device=dev)
+            dist.all_reduce(probe)  # n(n+1)/2 in each element
+            return fut.value()[0].div_(probe.sum() * 2 / ((n + 1) * size))
+
+        return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(average)
+
+    ddp.register_comm_hook(None, hook)
+    losses = sharded_losses(ddp, rank, n, dev)
+    assert len(buckets) >= 3, buckets
+    torch.testing.assert_close(losses, reference_losses(), rtol=1e-5, atol=1e-5)
+
+
+def test_hook_callbacks_issue_collectives_in_program_order(tmp_path):
+    spawn(nested_in_callbacks, 2, tmp_path, timeout=120, pg_timeout=20)

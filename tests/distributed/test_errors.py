@@ -116,6 +116,29 @@ def test_failed_device_collective_raises_dist_backend_error(tmp_path):
     spawn(device_collective_failure, 2, tmp_path)
 
 
+def device_future_failure(rank, n, chained):
+    # A collective's future on openreg tensors is complete at get_future(), as
+    # NCCL's: a later failure reaches its consumers through the stream that
+    # waits for its event, as the same DistBackendError.
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    t = torch.ones(4 + rank, device=dev)  # sizes differ across ranks
+    if rank == 1:
+        time.sleep(0.3)  # rank 0 takes its future before the collective fails
+    with pytest.raises(dist.DistBackendError, match="mismatched collectives"):
+        fut = dist.all_reduce(t, async_op=True).get_future()
+        if chained:
+            fut = fut.then(lambda f: f.value()[0] * 2)
+        out = fut.wait()
+        (out if chained else out[0]).cpu()
+    os._exit(0)  # skip destroy: the group is broken
+
+
+@pytest.mark.parametrize("chained", [False, True])
+def test_failed_collective_reaches_its_future_consumers(tmp_path, chained):
+    spawn(device_future_failure, 2, tmp_path, chained)
+
+
 def bound_device_mixup(rank, n):
     # Bound to openreg:rank (device_id), a tensor on another device is a
     # mix-up: DistBackendError at the call, as NCCL raises; nothing is sent,

@@ -313,14 +313,16 @@ orError orStreamWaitEvent(orStream stream, orEvent event) {
   if (!event || !stream) return orErrorInvalidValue;
   auto record = event->current();
   if (!record || record->stream == stream) return orSuccess;  // in-order already
-  // A failure of the awaited stream fails this one too: its later kernels
-  // would read what the failed kernel did not write (CUDA's errors are sticky
-  // for the whole context).
+  // A failure of the awaited stream fails this one too, with the same error:
+  // its later kernels would read what the failed kernel did not write (CUDA's
+  // errors are sticky for the whole context, and keep their kind: a failed
+  // collective stays a DistBackendError for whoever waited for it).
   return orLaunchKernel(stream, [record] {
     record->stream->waitFor(record->seq);
-    if (record->stream->failed.load())
-      throw std::runtime_error("waited for a stream whose kernel failed: " +
-                               orStreamLastError(record->stream));
+    if (record->stream->failed.load()) {
+      if (auto cause = orStreamLastException(record->stream)) std::rethrow_exception(cause);
+      throw std::runtime_error("waited for a stream whose kernel failed");
+    }
   });
 }
 
