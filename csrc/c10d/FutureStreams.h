@@ -10,8 +10,8 @@
 // consumers (Future::wait(), then()) make their streams wait for that event.
 //
 // One stream per group and device, dedicated (not from the pool): it blocks
-// for as long as a collective runs, and a failed collective fails it for good
-// (sticky, as CUDA's errors), which must not spill onto other groups' work.
+// for as long as a collective runs, which must not hold up other groups' or
+// users' work. Handed back when the group and its works are gone.
 #pragma once
 
 #include <c10/core/Stream.h>
@@ -25,6 +25,13 @@ namespace openreg::ccl {
 
 class FutureStreams {
  public:
+  FutureStreams() = default;
+  FutureStreams(const FutureStreams&) = delete;
+  FutureStreams& operator=(const FutureStreams&) = delete;
+  ~FutureStreams() {
+    for (const auto& s : streams_) releaseDedicatedStream(s);
+  }
+
   c10::Stream of(c10::DeviceIndex device) {
     std::lock_guard<std::mutex> g(mutex_);
     for (const auto& s : streams_)

@@ -59,14 +59,17 @@ c10::intrusive_ptr<c10::ivalue::Future> OregWork::makeDeviceFuture() {
     return future;
   }
   try {
+    // The hold raises nothing: the future stream, and through its events the
+    // consumers' pool streams, would stay failed for good, for every group
+    // and user. As NCCL's, the future carries no error; the work and the
+    // group's next call do (it fails them all).
     const c10::Stream stream = futureStreams_->of(device.index());
-    if (!done) launchKernel(stream, holdUntilDone());
+    if (!done) launchKernel(stream, holdUntilDone(/*raises=*/false));
     // The future's event is recorded on the current stream of its device.
     c10::StreamGuard current(stream);
     future->markCompleted(c10::IValue(outputs_));
   } catch (...) {
-    // The group's future stream failed with an earlier collective: its error.
-    future->setError(std::current_exception());
+    future->setError(std::current_exception());  // e.g. no stream left to record on
   }
   return future;
 }
@@ -224,16 +227,17 @@ void OregWork::blockStream() {
   // already failed raises directly.
   const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device_));
   const uint64_t before = orStreamLaunchCount(rawStream(stream));
-  launchKernel(stream, holdUntilDone());
+  launchKernel(stream, holdUntilDone(/*raises=*/true));
   if (streamOrder_) streamOrder_->coverWait(rawStream(stream), before);
   // Only now: later work on this stream is ordered after the operation.
   unstash();
   releaseFromWorker();
 }
 
-std::function<void()> OregWork::holdUntilDone() const {
-  return [completion = completion_] {
+std::function<void()> OregWork::holdUntilDone(bool raises) const {
+  return [completion = completion_, raises] {
     completion->wait();
+    if (!raises) return;
     std::exception_ptr error;
     {
       std::lock_guard<std::mutex> g(completion->mutex);

@@ -91,9 +91,10 @@ class OregWork : public c10d::Work {
   void unstash();  // on the caller's thread: dropping a tensor may take the GIL
 
   void blockStream();
-  // A kernel that holds its stream until this work completes, then raises its
-  // error there (a failed collective fails the stream, as a failed NCCL kernel).
-  std::function<void()> holdUntilDone() const;
+  // A kernel that holds its stream until this work completes; `raises`: then
+  // raises its error there (a failed collective fails the stream it was
+  // waited on, as a failed NCCL kernel).
+  std::function<void()> holdUntilDone(bool raises) const;
   c10::intrusive_ptr<c10::ivalue::Future> makeDeviceFuture();
   void releaseFromWorker();  // after wait() queued the stream hold
   bool waitHost(std::chrono::milliseconds timeout);

@@ -74,7 +74,10 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void block(void* event, const c10::Stream& s) const override {
     if (!event) return;  // an unrecorded event is complete
-    OPENREG_CHECK(orStreamWaitEvent(rawStream(s), static_cast<orEvent>(event)));
+    orStream stream = rawStream(s);
+    orError error = orStreamWaitEvent(stream, static_cast<orEvent>(event));
+    // The waiting stream failed earlier: its kernel's own error, as elsewhere.
+    if (error != orSuccess) checkKernelError(error, c10::str(s), orStreamLastException(stream));
   }
   bool queryEvent(void* event) const override {
     if (!event) return true;

@@ -21,7 +21,12 @@ struct DeviceStreams {
   std::array<orStream, kStreamsPerDevice> streams{};
   std::atomic<uint32_t> next_low{0};
   std::atomic<uint32_t> next_high{0};
-  std::atomic<uint32_t> next_dedicated{0};
+  // Trivially destructible, as the rest: a group may release its stream
+  // during the process's static destruction.
+  std::mutex dedicated_mutex;
+  uint32_t next_dedicated = 0;  // GUARDED_BY(dedicated_mutex)
+  uint32_t free_count = 0;      // GUARDED_BY(dedicated_mutex)
+  std::array<c10::StreamId, kMaxDedicatedStreams> free_ids{};  // GUARDED_BY(dedicated_mutex)
 };
 
 std::array<DeviceStreams, kMaxDevices> g_devices;
@@ -58,11 +63,27 @@ c10::Stream getStreamFromPool(c10::DeviceIndex device, int priority) {
 
 c10::Stream createDedicatedStream(c10::DeviceIndex device) {
   device = resolve_device(device);
-  const uint32_t n = g_devices[device].next_dedicated++;
-  TORCH_CHECK(n < kMaxDedicatedStreams, "openreg:", static_cast<int>(device), " has no ",
-              "dedicated stream left: a process may create ", kMaxDedicatedStreams);
-  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device),
-                     kPooledStreams + n);
+  auto& d = g_devices[device];
+  c10::StreamId id;
+  {
+    std::lock_guard<std::mutex> g(d.dedicated_mutex);
+    if (d.free_count > 0) {
+      id = d.free_ids[--d.free_count];
+    } else {
+      TORCH_CHECK(d.next_dedicated < kMaxDedicatedStreams, "openreg:", static_cast<int>(device),
+                  " has no dedicated stream left: ", kMaxDedicatedStreams, " are in use");
+      id = kPooledStreams + d.next_dedicated++;
+    }
+  }
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+}
+
+void releaseDedicatedStream(const c10::Stream& stream) {
+  checkStream(stream);
+  TORCH_CHECK(stream.id() >= kPooledStreams, "openreg stream ", stream.id(), " is not dedicated");
+  auto& d = g_devices[stream.device_index()];
+  std::lock_guard<std::mutex> g(d.dedicated_mutex);
+  d.free_ids[d.free_count++] = stream.id();
 }
 
 c10::Stream getCurrentStream(c10::DeviceIndex device) {

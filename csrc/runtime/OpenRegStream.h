@@ -22,10 +22,12 @@ constexpr int kMaxDedicatedStreams = 256;  // per device, per process
 c10::Stream getDefaultStream(c10::DeviceIndex device);
 // priority < 0 selects the high-priority pool, as torch.cuda.Stream(priority=-1).
 c10::Stream getStreamFromPool(c10::DeviceIndex device, int priority);
-// A stream no one else is handed (cudaStreamCreate's, not the pool's): for
-// work that may block it for long, such as oreg_ccl's future events. Never
-// destroyed; at most kMaxDedicatedStreams per device.
+// A stream no one else is handed while it is held (cudaStreamCreate's, not
+// the pool's): for work that may block it for long, such as oreg_ccl's future
+// events. At most kMaxDedicatedStreams per device at once; a released one is
+// handed out again (its driver stream lives on: work queued on it still runs).
 c10::Stream createDedicatedStream(c10::DeviceIndex device);
+void releaseDedicatedStream(const c10::Stream& stream);
 c10::Stream getCurrentStream(c10::DeviceIndex device);
 void setCurrentStream(const c10::Stream& stream);
 // The driver stream behind a c10::Stream (created lazily).

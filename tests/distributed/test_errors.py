@@ -118,24 +118,42 @@ def test_failed_device_collective_raises_dist_backend_error(tmp_path):
 
 def device_future_failure(rank, n, chained):
     # A collective's future on openreg tensors is complete at get_future(), as
-    # NCCL's: a later failure reaches its consumers through the stream that
-    # waits for its event, as the same DistBackendError.
+    # NCCL's, and carries no error: a later failure of the collective raises
+    # from the work and from the group's next call, and spills onto no stream
+    # (the future's consumers run on the shared pool streams).
     dev = torch.device("openreg", rank)
     torch.openreg.set_device(dev)
     t = torch.ones(4 + rank, device=dev)  # sizes differ across ranks
     if rank == 1:
         time.sleep(0.3)  # rank 0 takes its future before the collective fails
-    with pytest.raises(dist.DistBackendError, match="mismatched collectives"):
-        fut = dist.all_reduce(t, async_op=True).get_future()
+    try:
+        work = dist.all_reduce(t, async_op=True)
+        fut = work.get_future()
+    except dist.DistBackendError as e:  # rank 1 may see the mismatch at issue
+        assert "mismatched collectives" in str(e), str(e)
+    else:
         if chained:
             fut = fut.then(lambda f: f.value()[0] * 2)
-        out = fut.wait()
-        (out if chained else out[0]).cpu()
+        try:
+            fut.wait()
+        except Exception as e:  # only a work that failed before get_future()
+            assert "mismatched collectives" in str(e), str(e)
+        with pytest.raises(dist.DistBackendError, match="mismatched collectives"):
+            while not work.is_completed():
+                time.sleep(0.01)
+            work.wait()
+    with pytest.raises(dist.DistBackendError):
+        dist.all_reduce(torch.ones(2, device=dev))
+    for _ in range(2 * 4):  # every pool stream, of both priorities
+        for priority in (0, -1):
+            with torch.openreg.stream(torch.openreg.Stream(priority=priority)):
+                assert torch.equal((torch.ones(3, device=dev) + 1).cpu(), torch.full((3,), 2.0))
+    torch.openreg.synchronize()
     os._exit(0)  # skip destroy: the group is broken
 
 
 @pytest.mark.parametrize("chained", [False, True])
-def test_failed_collective_reaches_its_future_consumers(tmp_path, chained):
+def test_failed_collective_behind_a_device_future(tmp_path, chained):
     spawn(device_future_failure, 2, tmp_path, chained)
 
 
