@@ -1,13 +1,29 @@
 #include "DispatchProbe.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
+#include <c10/util/ScopeExit.h>
 
 #include <cmath>
 #include <iterator>
 
 namespace openreg::dispatch_probe {
+
+namespace {
+
+// How runProbe's current run fills probe tensors.
+enum class Fill { kZeros, kOnes, kOnesInFloat };
+thread_local Fill t_fill = Fill::kZeros;
+
+// An integer or bool dtype turns float32 in the third run.
+at::ScalarType probeDtype(at::ScalarType dtype) {
+  const bool integral = at::isIntegralType(dtype, /*includeBool=*/true);
+  return t_fill == Fill::kOnesInFloat && integral ? at::kFloat : dtype;
+}
+
+}  // namespace
 
 at::Tensor probeTensor(const at::Tensor& t) {
   if (!t.defined()) return t;
@@ -16,7 +32,8 @@ at::Tensor probeTensor(const at::Tensor& t) {
     sizes[d] = t.size(d) == 1 ? 1 : 2;
     stored[d] = t.stride(d) == 0 ? 1 : sizes[d];
   }
-  at::Tensor probe = at::zeros(stored, at::TensorOptions().dtype(t.scalar_type()));
+  const auto options = at::TensorOptions().dtype(probeDtype(t.scalar_type()));
+  at::Tensor probe = t_fill == Fill::kZeros ? at::zeros(stored, options) : at::ones(stored, options);
   if (stored != sizes) probe = probe.expand(sizes);
   // A Python number's tensor promotes with a lower rank than a 0-dim tensor.
   if (t.unsafeGetTensorImpl()->is_wrapped_number())
@@ -37,9 +54,15 @@ char scalarValueClass(const c10::Scalar& s) {
   return 'o';
 }
 
+at::Tensor exactProbeTensor(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  const auto options = at::TensorOptions().dtype(t.scalar_type());
+  return t_fill == Fill::kZeros ? at::zeros(t.sizes(), options) : at::ones(t.sizes(), options);
+}
+
 at::Tensor probeOutput(const at::Tensor& t) {
   if (!t.defined()) return t;
-  return at::empty({0}, at::TensorOptions().dtype(t.scalar_type()));
+  return at::empty({0}, at::TensorOptions().dtype(probeDtype(t.scalar_type())));
 }
 
 namespace {
@@ -52,23 +75,62 @@ class DropWarnings final : public c10::WarningHandler {
 
 }  // namespace
 
+namespace {
+
+// Runs `probe` with probe tensors filled as `fill` says; true if it raised.
+bool raisesWith(Fill fill, const std::function<void()>& probe) {
+  t_fill = fill;
+  auto restore = c10::make_scope_exit([] { t_fill = Fill::kZeros; });
+  try {
+    probe();
+  } catch (const std::exception&) {
+    return true;
+  }
+  return false;
+}
+
+// Called while handling the probe's exception: it, if the kernel's own dtype
+// check raised it rather than one of shapes or values (see DispatchProbe.h).
+std::exception_ptr ownDtypeCheck(const std::function<void()>& probe) {
+  auto error = std::current_exception();
+  if (raisesWith(Fill::kOnes, probe) && !raisesWith(Fill::kOnesInFloat, probe)) return error;
+  return nullptr;
+}
+
+}  // namespace
+
 std::optional<Rejection> runProbe(const std::function<void()>& probe) {
   DropWarnings drop;
   c10::WarningUtils::WarningHandlerGuard silence(&drop);
   try {
     probe();
   } catch (const c10::NotImplementedError& e) {
-    return Rejection{true, e.msg()};
+    return Rejection{true, e.msg(), nullptr};
   } catch (const c10::Error& e) {
     // TensorBase::data_ptr<T>'s check: about dtypes only, whatever the shapes.
-    if (e.msg().rfind("expected scalar type ", 0) == 0) return Rejection{false, e.msg()};
-  } catch (const std::exception&) {
-    // Not a dtype verdict (see DispatchProbe.h).
+    if (e.msg().rfind("expected scalar type ", 0) == 0) return Rejection{false, e.msg(), nullptr};
+    if (auto error = ownDtypeCheck(probe)) return Rejection{false, e.msg(), error};
+  } catch (const std::exception& e) {
+    // c10::checked_convert's overflow ("value cannot be converted to type
+    // int8_t without overflow": an alpha) is a std::runtime_error.
+    if (auto error = ownDtypeCheck(probe)) return Rejection{false, e.what(), error};
   }
   return std::nullopt;
 }
 
+void checkShapes(const std::function<void()>& probe) {
+  DropWarnings drop;
+  c10::WarningUtils::WarningHandlerGuard silence(&drop);
+  try {
+    probe();
+  } catch (const std::exception&) {
+    auto error = std::current_exception();
+    if (raisesWith(Fill::kOnes, probe)) std::rethrow_exception(error);
+  }
+}
+
 void raise(const Rejection& rejection) {
+  if (rejection.error) std::rethrow_exception(rejection.error);
   TORCH_CHECK_NOT_IMPLEMENTED(!rejection.notImplemented, rejection.message);
   TORCH_CHECK(false, rejection.message);
 }

@@ -9,17 +9,24 @@
 // CPU) for each dtype signature of each launch site; the verdict is kept per
 // thread and a rejected signature raises the CPU's own error from then on.
 //
-// Only NotImplementedError (what AT_DISPATCH throws) and a typed data
-// pointer's dtype check are verdicts. Any other failure of the probe (shapes
-// that do not fit an int-list argument, say) says nothing about dtypes: the
-// launch goes ahead as before. Launches with an empty tensor are not probed:
-// CPU kernels return before their dispatch then.
+// NotImplementedError (what AT_DISPATCH throws) and a typed data pointer's
+// dtype check are verdicts. Another error of the probe is one only if the
+// kernel's own dtype check raised it ("std and var only support floating
+// point and complex dtypes"), which two more probes tell apart from a check of
+// shapes or values: the error stays with the probe filled with ones instead
+// of zeros (not a division by zero) and goes away with the same probe in
+// float32 where it holds integers or bools. Such a verdict raises the CPU's
+// own exception and is not kept (a Scalar argument's value may have been what
+// the kernel rejected, and keys only classify values). Any other failure
+// says nothing about dtypes: the launch goes ahead as before. Launches with
+// an empty tensor are not probed: CPU kernels return before their dispatch.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/IListRef.h>
 #include <c10/core/Scalar.h>
 
+#include <exception>
 #include <functional>
 #include <optional>
 #include <string>
@@ -28,25 +35,36 @@
 
 namespace openreg::dispatch_probe {
 
-// A zero-filled CPU tensor (so a probe's index tensors hold valid indices)
+// A zero-filled CPU tensor (so a probe's index tensors hold valid indices;
+// ones or float32 inside runProbe's second and third runs)
 // with t's dtype and rank, its size-1 dimensions, its broadcast (stride-0)
 // dimensions, and size 2 elsewhere: CPU kernels take other paths, with other
 // dtype lists, for a one-element operand, a size-1 reduced dimension or an
 // expanded input. An undefined tensor stays undefined.
 at::Tensor probeTensor(const at::Tensor& t);
 
+// A zero-filled CPU tensor of t's dtype and sizes (ones in checkShapes' second run).
+at::Tensor exactProbeTensor(const at::Tensor& t);
+
+// For a launch with an empty tensor, which check() does not probe: runs
+// `probe` (over exactProbeTensor's) and, if it raises with zeros and with
+// ones alike (so not over values), raises the CPU's exception. Kept nowhere.
+void checkShapes(const std::function<void()>& probe);
+
 // An empty CPU tensor with an output's dtype: out= kernels resize it.
 at::Tensor probeOutput(const at::Tensor& t);
 
-// Why a dtype signature is rejected: AT_DISPATCH's NotImplementedError, or
-// the RuntimeError of a typed data pointer ("expected scalar type Float but
-// found Long", a kernel handed operands of two dtypes).
+// Why a dtype signature is rejected: AT_DISPATCH's NotImplementedError, the
+// RuntimeError of a typed data pointer ("expected scalar type Float but found
+// Long", a kernel handed operands of two dtypes), or (`error` set, not kept)
+// the kernel's own dtype check.
 struct Rejection {
   bool notImplemented;
   std::string message;
+  std::exception_ptr error;
 };
 
-// Runs `probe`; the rejection if it raised one of the two.
+// Runs `probe` (up to three times, see above); the rejection, if any.
 std::optional<Rejection> runProbe(const std::function<void()>& probe);
 
 [[noreturn]] void raise(const Rejection& rejection);
@@ -141,7 +159,11 @@ template <class Site, class Probe>
 void check(const std::string& key, Probe&& probe) {
   static thread_local std::unordered_map<std::string, std::optional<Rejection>> verdicts;
   auto it = verdicts.find(key);
-  if (it == verdicts.end()) it = verdicts.emplace(key, runProbe(probe)).first;
+  if (it == verdicts.end()) {
+    std::optional<Rejection> verdict = runProbe(probe);
+    if (verdict.has_value() && verdict->error) raise(*verdict);
+    it = verdicts.emplace(key, std::move(verdict)).first;
+  }
   if (it->second.has_value()) raise(*it->second);
 }
 

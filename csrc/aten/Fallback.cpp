@@ -478,6 +478,8 @@ void checkDispatch(const c10::OperatorHandle& op, const IValue* args, size_t num
   if (op.hasTag(at::Tag::nondeterministic_seeded)) return;
   std::string key = std::to_string(reinterpret_cast<uintptr_t>(&op.operator_name()));
   bool has_tensor = false;
+  bool has_empty = false;
+  int64_t nonEmptyElements = 0;
   auto small = [&](int64_t v) { return v >= -kLargestProbedInt && v <= kLargestProbedInt; };
   for (size_t i = 0; i < num_args; ++i) {
     const IValue& a = args[i];
@@ -497,17 +499,16 @@ void checkDispatch(const c10::OperatorHandle& op, const IValue* args, size_t num
     } else if (a.isString()) {
       key += a.toStringRef();  // a mode: rounding_mode="floor" has its own kernel
     }
-    bool has_empty = false;
     forEachTensor(a, [&](const at::Tensor& t) {
       has_tensor = true;
-      has_empty = has_empty || (t.defined() && t.numel() == 0);
+      if (t.defined() && t.numel() == 0) has_empty = true;
+      else if (t.defined()) nonEmptyElements += t.numel();
       dispatch_probe::appendKey(key, t);
     });
-    if (has_empty) return;  // CPU kernels return before their dispatch
     key.push_back(',');
   }
   if (!has_tensor) return;
-  dispatch_probe::check<FallbackSite>(key, [&] {
+  auto runOnProbes = [&](auto probeOf) {
     torch::jit::Stack probe;
     for (size_t i = 0; i < num_args; ++i) {
       if (args[i].isDevice()) {
@@ -515,27 +516,43 @@ void checkDispatch(const c10::OperatorHandle& op, const IValue* args, size_t num
       } else if (schema.arguments()[i].is_out()) {
         probe.push_back(mapTensors(args[i], dispatch_probe::probeOutput));
       } else {
-        probe.push_back(mapTensors(args[i], dispatch_probe::probeTensor));
+        probe.push_back(mapTensors(args[i], probeOf));
       }
     }
     c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
     op.redispatchBoxed(kCPUKeys, &probe);
-  });
+  };
+  // With an empty tensor, CPU kernels return before their dispatch, but check
+  // shapes first ("min(): Expected reduction dim to be specified for
+  // input.numel() == 0"): run it on probes of the very shapes, if the others are small.
+  if (has_empty) {
+    if (nonEmptyElements <= kLargestProbedInt)
+      dispatch_probe::checkShapes([&] { runOnProbes(dispatch_probe::exactProbeTensor); });
+    return;
+  }
+  dispatch_probe::check<FallbackSite>(key, [&] { runOnProbes(dispatch_probe::probeTensor); });
 }
 
-// TensorIterator's overlap checks for a pointwise op's out= arguments, which
-// the CPU kernel would make at the call: Meta tensors have no memory to
-// compare, and on the stream the error would come late and fail the stream.
-void checkPointwiseOverlap(const c10::FunctionSchema& schema, const IValue* args, size_t num_args) {
+// The CPU kernels' overlap checks for out= arguments, which they make at the
+// call: Meta tensors have no memory to compare, and on the stream the error
+// would come late and fail the stream. Every op: a written argument (out=, or
+// an in-place op's self) partially overlapping an input or another written
+// one (topk(x, k, out=(x[:k], i)), x.index_put_(i, x[1:3])). A pointwise op
+// (TensorIterator) also rejects a written tensor that overlaps itself.
+void checkWrittenOverlap(const c10::FunctionSchema& schema, const IValue* args, size_t num_args,
+                         bool pointwise) {
+  std::vector<at::Tensor> outs, inputs;
   for (size_t i = 0; i < num_args; ++i) {
-    if (!schema.arguments()[i].is_out() || !args[i].isTensor()) continue;
-    const at::Tensor& out = args[i].toTensor();
-    at::assert_no_internal_overlap(out);
-    for (size_t j = 0; j < num_args; ++j)
-      if (j != i && !schema.arguments()[j].is_out())
-        forEachTensor(args[j], [&](const at::Tensor& input) {
-          if (input.defined()) at::assert_no_partial_overlap(out, input);
-        });
+    const auto* alias = schema.arguments()[i].alias_info();
+    const bool written = alias && alias->isWrite();
+    forEachTensor(args[i], [&](const at::Tensor& t) {
+      if (t.defined()) (written ? outs : inputs).push_back(t);
+    });
+  }
+  for (size_t k = 0; k < outs.size(); ++k) {
+    if (pointwise) at::assert_no_internal_overlap(outs[k]);
+    for (const at::Tensor& input : inputs) at::assert_no_partial_overlap(outs[k], input);
+    for (size_t j = 0; j < k; ++j) at::assert_no_partial_overlap(outs[k], outs[j]);
   }
 }
 
@@ -848,7 +865,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               "kernel for the generic path to run.");
   probeRandomFillArguments(op, args, num_args);
   // Before Meta inference resizes an out= argument (TensorIterator checks first).
-  if (op.hasTag(at::Tag::pointwise)) checkPointwiseOverlap(op.schema(), args, num_args);
+  checkWrittenOverlap(op.schema(), args, num_args, op.hasTag(at::Tag::pointwise));
   c10::DeviceGuard guard(*device);
   const bool async = tryRunAsynchronously(op, stack, num_args, *device);
   recordFallback(op, async);

@@ -67,6 +67,4 @@ ERROR_INPUTS_ASYNC = {
     "masked_fill[1]": ("a complex fill value that overflows a real tensor: the CPU kernel's "
                        "check, not Meta's (masked_fill stays asynchronous: attention masks)"),
     "bernoulli[0]": "out= overlapping the input: the CPU kernel's check, not Meta's",
-    **{f"cat[{i}]": ("out= overlapping an input: the CPU kernel's check, not Meta's (cat stays "
-                     "asynchronous: it is hot)") for i in (0, 6, 7, 8)},
 }

@@ -74,3 +74,61 @@ def test_error_inputs(op, record_property):
         total += 1
     record_property("error_inputs", (passed, total))  # summed in conftest.py
     assert not problems, "\n".join(problems)
+
+
+# Checks that CPU kernels make inside the kernel body (not in the Meta kernel
+# or the dtype dispatch): openreg probes them on the host (DispatchProbe.h,
+# Fallback.cpp), so they raise at the call, with the CPU's exception, and the
+# stream stays usable.
+def _topk_into_its_input(dev):
+    x = torch.randn(5, device=dev)
+    return torch.topk(x, 2, out=(x[:2], torch.empty(2, dtype=torch.long, device=dev)))
+
+
+def _index_put_from_itself(dev):
+    x = torch.randn(5, device=dev)
+    return x.index_put_((torch.tensor([0, 1], device=dev),), x[1:3])
+
+
+def _int8(dev):
+    return torch.ones(3, dtype=torch.int8, device=dev)
+
+
+KERNEL_CHECKS = {
+    "var of ints": lambda dev: torch.arange(4, device=dev).var(),
+    "std of ints": lambda dev: torch.arange(4, device=dev).std(dim=0),
+    "min of empty": lambda dev: torch.empty(0, device=dev).min(),
+    "mode of empty": lambda dev: torch.empty(0, device=dev).mode(),
+    "alpha overflowing int8": lambda dev: _int8(dev).add(_int8(dev), alpha=1000),
+    "float alpha for ints": lambda dev: _int8(dev).sub(_int8(dev), alpha=0.5),
+    "topk into its input": _topk_into_its_input,
+    "index_put_ from itself": _index_put_from_itself,
+}
+
+
+@pytest.mark.parametrize("case", KERNEL_CHECKS)
+def test_cpu_kernel_checks_raise_at_the_call(case):
+    fn = KERNEL_CHECKS[case]
+    with pytest.raises(Exception) as on_cpu:
+        fn("cpu")
+    with pytest.raises(type(on_cpu.value)) as on_openreg:
+        fn(DEVICE)
+    assert str(on_openreg.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
+    torch.openreg.synchronize()  # raised on the host: nothing failed on a stream
+
+
+def test_probes_reject_no_valid_call():
+    # The probes fill tensors with zeros and ones: an error over those values
+    # (integer division by zero) is not taken for the kernel's dtype check,
+    # and a verdict over one Scalar value is not kept for another.
+    a = torch.tensor([7, -9, 4], device=DEVICE)
+    b = torch.tensor([2, 4, -3], device=DEVICE)
+    for op in (torch.floor_divide, torch.remainder, torch.fmod):
+        assert torch.equal(op(a, b).cpu(), op(a.cpu(), b.cpu())), op
+    assert torch.equal(torch.div(a, b, rounding_mode="trunc").cpu(),
+                       torch.div(a.cpu(), b.cpu(), rounding_mode="trunc"))
+    with pytest.raises(RuntimeError, match="without overflow"):
+        _int8(DEVICE).add(_int8(DEVICE), alpha=1000)
+    assert torch.equal(_int8(DEVICE).add(_int8(DEVICE), alpha=100).cpu(), torch.full((3,), 101, dtype=torch.int8))
+    assert torch.equal(torch.empty(0, 3, device=DEVICE).amax(dim=1).cpu(), torch.empty(0))
+    torch.openreg.synchronize()
