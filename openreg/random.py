@@ -2,8 +2,9 @@
 
 Each device's default generator carries a CPU generator state, so openreg
 random ops reproduce the CPU's numbers for the same seed. Random kernels run
-on streams, so functions that read or change the state synchronise the
-device first.
+on streams, so functions that read or change the state wait for the device's
+default and pool streams first (not for oreg_ccl's future streams, which may
+hold until a peer joins a collective; CUDA's get_rng_state waits for nothing).
 Tests: tests/runtime/test_generators.py.
 """
 from typing import Iterable, List
@@ -11,7 +12,7 @@ from typing import Iterable, List
 import torch
 
 from . import _C
-from .device import _get_device_index, _lazy_init, device_count, synchronize
+from .device import _get_device_index, _lazy_init, device_count
 
 
 class _DefaultGenerators:
@@ -33,7 +34,8 @@ default_generators = _DefaultGenerators()
 
 def _generator(device) -> torch.Generator:
     index = _get_device_index(device)
-    synchronize(index)
+    _lazy_init()
+    _C._synchronize_compute_streams(index)
     return default_generators[index]
 
 

@@ -10,6 +10,7 @@
 #include <c10/core/GeneratorImpl.h>
 
 #include "OpenRegFunctions.h"
+#include "OpenRegStream.h"
 #include "driver/Driver.h"
 
 namespace openreg {
@@ -94,8 +95,11 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
 
   // Kernels draw when they run, not when they are launched: the CPU
   // generator's position is this state's only once the queued ones have run
-  // (a snapshot taken earlier would replay their numbers).
-  void waitForQueuedDraws() const { (void)orDeviceSynchronize(device().index()); }
+  // (a snapshot taken earlier would replay their numbers). They run on the
+  // default and pool streams; oreg_ccl's future streams may wait for a peer.
+  void waitForQueuedDraws() const {
+    synchronizeComputeStreams(device().index(), /*raises=*/false);
+  }
 
   void restore(uint64_t seed, uint64_t offset) {
     if (seed == seed_ && offset == offset_) return;

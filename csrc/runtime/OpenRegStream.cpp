@@ -19,6 +19,8 @@ constexpr int kStreamsPerDevice = kPooledStreams + kMaxDedicatedStreams;
 struct DeviceStreams {
   std::array<std::once_flag, kStreamsPerDevice> created;
   std::array<orStream, kStreamsPerDevice> streams{};
+  // streams[id] once created, for readers that must not create it.
+  std::array<std::atomic<orStream>, kPooledStreams> published{};
   std::atomic<uint32_t> next_low{0};
   std::atomic<uint32_t> next_high{0};
   // Trivially destructible, as the rest: a group may release its stream
@@ -105,6 +107,7 @@ orStream rawStream(const c10::Stream& stream) {
   orError error = orSuccess;
   std::call_once(d.created[id], [&] {
     error = orStreamCreate(device, priorityOfId(stream.id()), &d.streams[id]);
+    if (id < kPooledStreams) d.published[id].store(d.streams[id], std::memory_order_release);
   });
   OPENREG_CHECK(error);
   TORCH_CHECK(d.streams[id] != nullptr, "openreg stream ", id, " failed to initialise earlier");
@@ -140,6 +143,18 @@ void synchronizeStream(const c10::Stream& stream) {
   orError error = orStreamSynchronize(raw);
   if (error != orSuccess)
     checkKernelError(error, c10::str(stream), orStreamLastException(raw));
+}
+
+void synchronizeComputeStreams(c10::DeviceIndex device, bool raises) {
+  device = resolve_device(device);
+  for (int id = 0; id < kPooledStreams; ++id) {
+    orStream raw = g_devices[device].published[id].load(std::memory_order_acquire);
+    if (!raw) continue;  // never used: nothing queued
+    orError error = orStreamSynchronize(raw);
+    if (error != orSuccess && raises)
+      checkKernelError(error, c10::str("stream ", id, " on device openreg:", static_cast<int>(device)),
+                       orStreamLastException(raw));
+  }
 }
 
 void synchronizeDevice(c10::DeviceIndex device) {

@@ -36,6 +36,10 @@ int streamPriority(const c10::Stream& stream);
 // Waits for the stream; raises with the kernel's message if one failed.
 void synchronizeStream(const c10::Stream& stream);
 void synchronizeDevice(c10::DeviceIndex device);
+// The default and pool streams only, where kernels run (random ones among
+// them), not dedicated streams, which may hold for a peer's collective.
+// `raises`: a failed kernel's error, as synchronizeDevice.
+void synchronizeComputeStreams(c10::DeviceIndex device, bool raises = true);
 // Raises for `error`; a kernel failure (orErrorLaunchFailure) with the failed
 // kernel's exception `cause`, reported at this later call as CUDA reports its
 // asynchronous errors. `where`: the stream, event or device it was seen on.

@@ -355,3 +355,31 @@ def callback_waits_on_collective(rank, n, device_type):
 def test_future_callback_that_waits_on_a_collective(tmp_path):
     for device_type in ("openreg", "cpu"):
         spawn(callback_waits_on_collective, 3, tmp_path, device_type, timeout=90, pg_timeout=20)
+
+
+def rng_state_with_future_pending(rank, n):
+    # get_rng_state waits for the streams random kernels run on, not for a
+    # collective whose device future was taken (its future stream holds until
+    # the peer joins): rank 1 joins g1 only after a barrier on g2 that rank 0
+    # reaches after get_rng_state, an order NCCL allows.
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    g1, g2 = dist.new_group([0, 1]), dist.new_group([0, 1])
+    x = torch.ones(4, device=dev)
+    if rank == 0:
+        fut = dist.all_reduce(x, group=g1, async_op=True).get_future()
+        torch.rand(3, device=dev)  # a random kernel queued before the state is read
+        start = time.monotonic()
+        state = torch.openreg.get_rng_state()
+        assert time.monotonic() - start < 5, "get_rng_state waited for the collective"
+        dist.barrier(group=g2)
+        assert torch.equal(fut.wait()[0].cpu(), torch.full((4,), 2.0))
+        torch.openreg.set_rng_state(state)
+    else:
+        dist.barrier(group=g2)
+        dist.all_reduce(x, group=g1)
+    torch.openreg.synchronize()
+
+
+def test_rng_state_does_not_wait_for_a_pending_collective(tmp_path):
+    spawn(rng_state_with_future_pending, 2, tmp_path, pg_timeout=15)
