@@ -494,10 +494,15 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall_base(at::Tensor& output, at
   TORCH_CHECK_VALUE(sendBytes[me] == recvBytes[me], "oreg_ccl: alltoall_base: rank ", me,
                     " sends itself ", sendBytes[me], " bytes but expects ", recvBytes[me],
                     " (input and output split sizes at index ", me, " differ)");
+  // all_to_all_single(x, x): a block would be overwritten by a peer's before
+  // it is sent (NCCL's result is undefined too). The list form packs its
+  // inputs first; here a copy, queued on the caller's stream, plays that part.
+  const at::Tensor source =
+      at::get_overlap_status(input, output) == at::MemOverlapStatus::No ? input : input.clone();
   // Sizes legitimately differ per rank, so only the dtype is compared on the wire.
   return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", c10::str(input.scalar_type()),
-                 {input}, {output}, callOf(opts),
-                 [input = forWorker(input), output = forWorker(output), sendOff, sendBytes, recvOff,
+                 {source}, {output}, callOf(opts),
+                 [input = forWorker(source), output = forWorker(output), sendOff, sendBytes, recvOff,
                   recvBytes](Collective& c) {
                    Staged in = stage(input, input.scalar_type(), true);
                    Staged out = stage(output, output.scalar_type(), false);

@@ -1,6 +1,7 @@
 """NCCL-style semantics of oreg_ccl on openreg streams, async work, futures."""
 import time
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -383,3 +384,20 @@ def rng_state_with_future_pending(rank, n):
 
 def test_rng_state_does_not_wait_for_a_pending_collective(tmp_path):
     spawn(rng_state_with_future_pending, 2, tmp_path, pg_timeout=15)
+
+
+def alltoall_in_place(rank, n, device_type):
+    # all_to_all_single(x, x): every block arrives intact, small or large
+    # (large ones go straight between the ranks' buffers).
+    dev = torch.device("openreg", rank) if device_type == "openreg" else torch.device("cpu")
+    for rows in (4, 1 << 20):
+        x = (torch.arange(rows * n, dtype=torch.float32) + 1e7 * rank).to(dev)
+        expect = torch.cat([torch.arange(rank * rows, (rank + 1) * rows, dtype=torch.float32) + 1e7 * p
+                            for p in range(n)])
+        dist.all_to_all_single(x, x)
+        assert torch.equal(x.cpu(), expect), rows
+
+
+@pytest.mark.parametrize("device_type", ["openreg", "cpu"])
+def test_all_to_all_single_in_place(tmp_path, device_type):
+    spawn(alltoall_in_place, 3, tmp_path, device_type)
