@@ -49,6 +49,11 @@ def manual_seed(seed: int) -> None:
 
 
 def manual_seed_all(seed: int) -> None:
+    # torch.manual_seed calls this for CPU-only code too: with the devices
+    # unusable (a bad OPENREG_DEVICE_COUNT / _MEMORY) there is nothing to seed,
+    # as torch.cuda's seeds nothing without devices.
+    if _C._config_error():
+        return
     for i in range(device_count()):
         _generator(i).manual_seed(int(seed))
 

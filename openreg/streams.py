@@ -31,6 +31,20 @@ class Stream(torch.Stream):
     def priority(self) -> int:
         return _C._stream_priority(self.stream_id, self.device_index)
 
+    @staticmethod
+    def priority_range():
+        """(lowest, highest) priority, as ``torch.cuda.Stream.priority_range()``."""
+        return (0, -1)
+
+    def record_event(self, event: Optional[torch.Event] = None) -> torch.Event:
+        """Records ``event`` (a new ``Event`` if None) on this stream and returns it.
+        As torch.cuda's, in Python: torch.Stream.record_event accepts only an
+        exact torch.Event, not this module's Event."""
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
+
     def __repr__(self) -> str:
         return f"<torch.openreg.Stream device=openreg:{self.device_index} id={self.stream_id}>"
 

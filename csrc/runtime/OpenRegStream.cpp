@@ -55,6 +55,8 @@ c10::Stream getDefaultStream(c10::DeviceIndex device) {
 }
 
 c10::Stream getStreamFromPool(c10::DeviceIndex device, int priority) {
+  TORCH_CHECK(priority <= 0, "Expected openreg stream priority to be less than or equal to 0, got ",
+              priority);
   device = resolve_device(device);
   auto& d = g_devices[device];
   c10::StreamId id = priority < 0

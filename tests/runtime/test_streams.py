@@ -220,3 +220,26 @@ def test_stream_workers_are_named_for_profilers():
         with open(path) as f:
             names.add(f.read().strip())
     assert "oreg_stream_0" in names, names
+
+
+def test_stream_api_details_as_torch_cuda():
+    s = torch.openreg.Stream()
+    ev = s.record_event(torch.openreg.Event(enable_timing=True))  # this module's Event
+    assert isinstance(ev, torch.openreg.Event)
+    assert isinstance(s.record_event(), torch.openreg.Event)
+    end = s.record_event(torch.openreg.Event(enable_timing=True))
+    end.synchronize()
+    assert ev.elapsed_time(end) >= 0
+    assert torch.openreg.Stream.priority_range() == (0, -1)
+    with pytest.raises(RuntimeError, match="priority to be less than or equal to 0, got 5"):
+        torch.openreg.Stream(priority=5)
+    with pytest.raises(RuntimeError, match="priority to be less than or equal to 0"):
+        torch.Stream(device="openreg", priority=1)
+    # Events recorded on two devices have no elapsed time between them (CUDA's error).
+    a, b = torch.openreg.Event(enable_timing=True), torch.openreg.Event(enable_timing=True)
+    a.record(torch.openreg.current_stream(0))
+    b.record(torch.openreg.current_stream(1))
+    b.synchronize()
+    a.synchronize()
+    with pytest.raises(RuntimeError):
+        a.elapsed_time(b)
