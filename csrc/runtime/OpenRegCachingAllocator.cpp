@@ -186,14 +186,12 @@ class DeviceCache {
     cached_.insert(block);
   }
 
-  // Waits for every stream of the device. A stream whose kernel failed runs
-  // nothing more, so its memory is as quiet as a finished stream's; its error
-  // is that stream's to report, not the allocator's (which would otherwise
-  // fail every later empty_cache and OOM retry of the device).
-  void waitForDevice() {
-    orError e = orDeviceSynchronize(device_);
-    if (e != orErrorLaunchFailure) OPENREG_CHECK(e);
-  }
+  // Waits for the streams kernels run on (not oreg_ccl's future streams, which
+  // touch no memory and may hold until a peer joins). A stream whose kernel
+  // failed runs nothing more, so its memory is as quiet as a finished
+  // stream's; its error is that stream's to report, not the allocator's
+  // (which would otherwise fail every later empty_cache and OOM retry).
+  void waitForDevice() { synchronizeComputeStreams(device_, /*raisesKernelErrors=*/false); }
 
   void processPendingFrees() {
     for (auto it = pending_.begin(); it != pending_.end();) {

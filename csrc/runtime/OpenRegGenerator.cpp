@@ -98,7 +98,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
   // (a snapshot taken earlier would replay their numbers). They run on the
   // default and pool streams; oreg_ccl's future streams may wait for a peer.
   void waitForQueuedDraws() const {
-    synchronizeComputeStreams(device().index(), /*raises=*/false);
+    synchronizeComputeStreams(device().index(), /*raisesKernelErrors=*/false);
   }
 
   void restore(uint64_t seed, uint64_t offset) {

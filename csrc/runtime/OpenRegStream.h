@@ -37,9 +37,10 @@ int streamPriority(const c10::Stream& stream);
 void synchronizeStream(const c10::Stream& stream);
 void synchronizeDevice(c10::DeviceIndex device);
 // The default and pool streams only, where kernels run (random ones among
-// them), not dedicated streams, which may hold for a peer's collective.
-// `raises`: a failed kernel's error, as synchronizeDevice.
-void synchronizeComputeStreams(c10::DeviceIndex device, bool raises = true);
+// them) and whose memory the allocator hands out, not dedicated streams,
+// which may hold for a peer's collective. `raisesKernelErrors`: a failed
+// kernel's error, as synchronizeDevice (other driver errors always raise).
+void synchronizeComputeStreams(c10::DeviceIndex device, bool raisesKernelErrors = true);
 // Raises for `error`; a kernel failure (orErrorLaunchFailure) with the failed
 // kernel's exception `cause`, reported at this later call as CUDA reports its
 // asynchronous errors. `where`: the stream, event or device it was seen on.

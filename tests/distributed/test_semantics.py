@@ -359,7 +359,7 @@ def test_future_callback_that_waits_on_a_collective(tmp_path):
 
 
 def rng_state_with_future_pending(rank, n):
-    # get_rng_state waits for the streams random kernels run on, not for a
+    # get_rng_state and empty_cache wait for the streams kernels run on, not for a
     # collective whose device future was taken (its future stream holds until
     # the peer joins): rank 1 joins g1 only after a barrier on g2 that rank 0
     # reaches after get_rng_state, an order NCCL allows.
@@ -373,6 +373,8 @@ def rng_state_with_future_pending(rank, n):
         start = time.monotonic()
         state = torch.openreg.get_rng_state()
         assert time.monotonic() - start < 5, "get_rng_state waited for the collective"
+        torch.openreg.empty_cache()  # waits for the streams kernels run on (as an OOM retry)
+        assert time.monotonic() - start < 5, "empty_cache waited for the collective"
         dist.barrier(group=g2)
         assert torch.equal(fut.wait()[0].cpu(), torch.full((4,), 2.0))
         torch.openreg.set_rng_state(state)
