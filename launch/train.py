@@ -54,8 +54,13 @@ def parse_args(argv=None):
     p.add_argument("--no-pin-cores", action="store_true",
                    help="do not pin each rank to one core when ranks outnumber cores")
     args = p.parse_args(argv)
-    if args.log_every < 1:
-        p.error("--log-every must be at least 1")
+    for name in ("steps", "global_batch", "seq_len", "n_layer", "n_embd", "n_head", "log_every"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.n_embd % args.n_head:
+        p.error(f"--n-embd ({args.n_embd}) must divide by --n-head ({args.n_head})")
+    if args.checkpoint_every < 0:
+        p.error("--checkpoint-every must be 0 (never) or more")
     if (args.resume or args.checkpoint_every) and not args.checkpoint_dir:
         p.error("--resume and --checkpoint-every need --checkpoint-dir")
     return args
@@ -106,6 +111,30 @@ def apply_activation_checkpointing(model):
     apply_ac(model, checkpoint_wrapper_fn=checkpoint_wrapper, check_fn=lambda m: isinstance(m, Block))
 
 
+def hsdp_replicas(world: int, local: int) -> int:
+    """Replicate across hosts and shard within one (on a single host: 2 replicas)."""
+    return world // local if local < world else 2
+
+
+def layout_error(args, world: int, local: int):
+    """Why `world` ranks (`local` per host) cannot run args' strategy, or None: the checks
+    wrap() and the batch split rely on, made before any process starts."""
+    s = args.strategy
+    tp = {"tp": world, "dp_tp": 2}.get(s, 1)
+    if s == "hsdp" and world > 1:
+        replicas = hsdp_replicas(world, local)
+        if world % replicas:
+            return f"hsdp on {world} devices: they must split into {replicas} replicas"
+    if s == "dp_tp" and world % 2:
+        return f"dp_tp needs an even number of devices (2-way tensor parallel), got {world}"
+    if tp > 1 and args.n_head % tp:
+        return f"{s}: --n-head ({args.n_head}) must divide by the tensor-parallel size {tp}"
+    dp = 1 if s in ("none", "tp") or world == 1 else world // tp
+    if args.global_batch % dp:
+        return f"--global-batch ({args.global_batch}) must divide by the data-parallel size {dp}"
+    return None
+
+
 def wrap(model, args, world, device):
     """Returns (model, data-parallel size, data-parallel rank). Activation
     checkpointing goes after tensor parallelism (whose plan names the blocks'
@@ -127,10 +156,7 @@ def wrap(model, args, world, device):
     if s in ("fsdp2", "hsdp"):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         if s == "hsdp":
-            # Replicate across hosts and shard within one (on a single host: 2 replicas).
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-            replicas = world // local if local < world else 2
-            assert world % replicas == 0, f"hsdp needs the devices to split into {replicas} replicas"
+            replicas = hsdp_replicas(world, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
             mesh = init_device_mesh(args.device_type, (replicas, world // replicas),
                                     mesh_dim_names=("replicate", "shard"))
         else:
@@ -150,7 +176,6 @@ def wrap(model, args, world, device):
         return model, 1, 0
     if s == "dp_tp":
         from torch.distributed.fsdp import fully_shard
-        assert world % 2 == 0, "dp_tp needs an even number of devices"
         mesh = init_device_mesh(args.device_type, (world // 2, 2), mesh_dim_names=("dp", "tp"))
         for block in model.blocks:
             parallelize_module(block, mesh["tp"], tp_plan())
@@ -219,8 +244,16 @@ def read_latest(root):
     path = os.path.join(root, LATEST) if root else None
     if not path or not os.path.exists(path):
         return None
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            latest = json.load(f)
+        step, where = int(latest["step"]), os.path.join(root, latest["dir"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"train.py: {path} is not a checkpoint pointer ({e!r}); "
+                         "remove it to start from scratch") from e
+    if not os.path.isdir(where):
+        raise SystemExit(f"train.py: {path} names step {step} in {where}, which does not exist")
+    return latest
 
 
 def load_checkpoint(root, model, opt) -> int:
@@ -230,7 +263,12 @@ def load_checkpoint(root, model, opt) -> int:
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd}
     dcp.load(state, checkpoint_id=os.path.join(root, latest["dir"]))
+    # How this run steps its optimizer (fused, or foreach off under tp) is its own, not the
+    # saved run's: another strategy's flags would make AdamW mix DTensors and tensors.
+    impl = [{k: g[k] for k in ("fused", "foreach") if k in g} for g in opt.param_groups]
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    for group, flags in zip(opt.param_groups, impl):
+        group.update(flags)
     return latest["step"]
 
 
@@ -266,10 +304,14 @@ def host_layout(device):
 
 def main(argv=None):
     args = parse_args(argv)
-    if not args.no_pin_cores:
-        pin_to_core()  # before any thread starts: they inherit it
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    error = layout_error(args, world if "RANK" in os.environ else 1,
+                         int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    if error:
+        raise SystemExit(f"train.py: {error}")
+    if not args.no_pin_cores:
+        pin_to_core()  # before any thread starts: they inherit it
     if args.device_type == "openreg":
         import openreg  # noqa: F401  (autoloaded by torch too; explicit for clarity)
         torch.openreg.set_device(local_rank)
@@ -291,14 +333,15 @@ def main(argv=None):
     # tensors beside DTensors, which neither fused nor foreach can mix.
     impl = {"foreach": False} if args.strategy == "tp" else {"fused": True}
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, **impl)
-    assert args.global_batch % dp_size == 0, "global batch must divide by the data-parallel size"
-    local_batch = args.global_batch // dp_size
+    local_batch = args.global_batch // dp_size  # layout_error() checked it divides
 
     start_step = 0
     if args.resume and read_latest(args.checkpoint_dir):
         start_step = load_checkpoint(args.checkpoint_dir, model, opt)
         if rank == 0:
             print(f"resumed from {args.checkpoint_dir} at step {start_step}", flush=True)
+    elif args.resume and rank == 0:
+        print(f"no checkpoint in {args.checkpoint_dir}: starting from step 0", flush=True)
         if start_step >= args.steps:
             # Nothing to train: keep the finished run's summary and plot.
             if rank == 0:

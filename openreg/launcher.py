@@ -7,8 +7,8 @@
 
 A thin layer over torchrun (``torch.distributed.run --standalone``): every option
 other than --devices and --nodes is passed to the training script (listed by
-``openreg-run --help``), and checked here first, so a typo fails once, before any
-process starts. With --nodes M it starts M torchrun agents on this
+``openreg-run --help``), and checked here first, with the device count against
+the strategy and batch, so a typo fails once, before any process starts. With --nodes M it starts M torchrun agents on this
 machine, one per simulated host (``--nnodes=M --node-rank=i``, each with its own
 OREG_CCL_HOST_ID), so oreg_ccl uses shared memory within a host and ZeroMQ over
 loopback TCP between hosts, as on a real cluster.
@@ -54,9 +54,17 @@ def main(argv=None) -> None:
         train.parse_args(["--help"])  # prints them and exits
     if args.devices < 1 or args.nodes < 1:
         parser.error("--devices and --nodes must be at least 1")
-    train.parse_args(train_args)  # a bad option fails here, not once per rank
+    if args.devices > 64:
+        parser.error("--devices: a simulated host has at most 64 devices (OPENREG_DEVICE_COUNT)")
+    # A bad option or layout fails here, not once per rank.
+    layout = train.layout_error(train.parse_args(train_args), args.devices * args.nodes, args.devices)
+    if layout:
+        parser.error(layout)
     env = os.environ
-    if int(env.get("OPENREG_DEVICE_COUNT", "8")) < args.devices:
+    count = env.get("OPENREG_DEVICE_COUNT", "8")
+    if not count.isdigit() or not 1 <= int(count) <= 64:
+        parser.error(f"OPENREG_DEVICE_COUNT={count!r}: must be an integer in 1..64")
+    if int(count) < args.devices:
         env["OPENREG_DEVICE_COUNT"] = str(args.devices)
     if args.nodes == 1:
         from torch.distributed.run import main as torchrun

@@ -110,3 +110,40 @@ def test_launcher_help_lists_training_options_and_rejects_typos():
     assert r.returncode == 2
     assert r.stderr.count("unrecognized arguments: --stratgy ddp") == 1, r.stderr
     assert "torch.distributed" not in r.stderr and "rank" not in r.stderr.lower(), r.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("args,message", [
+    (["--devices", "3"], "--global-batch (16) must divide by the data-parallel size 3"),
+    (["--devices", "3", "--strategy", "tp"], "--n-head (4) must divide by the tensor-parallel size 3"),
+    (["--devices", "1", "--strategy", "dp_tp"], "dp_tp needs an even number of devices"),
+    (["--devices", "65"], "at most 64 devices"),
+    (["--steps", "0"], "--steps must be at least 1"),
+    (["--n-embd", "100", "--n-head", "3"], "--n-embd (100) must divide by --n-head (3)"),
+])
+def test_launcher_rejects_layouts_the_job_cannot_run(args, message):
+    import subprocess
+    r = subprocess.run([sys.executable, "-m", "openreg.launcher", *args], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.count(message) == 1, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.timeout(600)
+def test_resume_under_another_strategy(cpu_reference, tmp_path):
+    # A ddp checkpoint (fused AdamW) resumed with tp (foreach off: DTensors beside tensors):
+    # the optimizer keeps this run's implementation, the state is the saved one.
+    ckpt = tmp_path / "ckpt"
+    r = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+             TRAIN, "--strategy", "ddp", "--steps", "5", "--checkpoint-every", "5", "--no-plot",
+             "--checkpoint-dir", str(ckpt), "--resume", "--out-dir", str(tmp_path / "a")],
+            timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert f"no checkpoint in {ckpt}: starting from step 0" in r.stdout, r.stdout[-2000:]
+    resumed = run_job(tmp_path / "b", "--strategy", "tp", "--checkpoint-dir", str(ckpt),
+                      "--resume", "--steps", "10", nproc=2)
+    assert resumed["first_step"] == 5
+    for got, want in zip(resumed["losses"], cpu_reference["losses"][5:10]):
+        assert got == pytest.approx(want, rel=2e-4, abs=2e-4)
+
