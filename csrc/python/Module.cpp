@@ -43,7 +43,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_count", [] { return static_cast<int>(device_count()); });
   m.def("_config_error", [] { return orConfigError(); });
   m.def("_current_device", [] { return static_cast<int>(current_device()); });
-  m.def("_set_device", [](int d) { set_device(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_set_device", [](int d) {
+    // torch.cuda.set_device initialises CUDA: is_initialized() is then True
+    // (DeviceMesh keeps a device the user chose only when it is).
+    OPENREG_CHECK(orInit());
+    set_device(static_cast<c10::DeviceIndex>(d));
+  });
   m.def("_exchange_device", [](int d) {
     return static_cast<int>(exchange_device(static_cast<c10::DeviceIndex>(d)));
   });

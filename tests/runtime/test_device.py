@@ -234,3 +234,16 @@ def test_capacity_that_cannot_be_mapped_is_not_an_oom(python):
     """, env={"OPENREG_DEVICE_MEMORY": "200TiB"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "True"
+
+
+def test_set_device_initialises_as_torch_cuda(python):
+    # DeviceMesh keeps a device the user chose only once the device module says
+    # it is initialised, as torch.cuda.set_device makes it.
+    r = python("""
+        import torch
+        print(torch.openreg.is_initialized())
+        torch.openreg.set_device(1)
+        print(torch.openreg.is_initialized(), torch.openreg.current_device())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True", "1"]

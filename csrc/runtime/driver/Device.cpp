@@ -131,6 +131,12 @@ size_t orDeviceTotalMemory() { return deviceConfig().memory; }
 const std::string& orConfigError() { return deviceConfig().error; }
 
 bool orIsInitialized() { return g_initialized.load(); }
+
+orError orInit() {
+  OR_RETURN_IF_FORKED();
+  detail::markInitialized();
+  return orSuccess;
+}
 bool orIsForkedChild() { return g_forked_child.load(std::memory_order_relaxed); }
 
 }  // namespace openreg

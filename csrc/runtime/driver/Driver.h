@@ -46,6 +46,9 @@ size_t orDeviceTotalMemory();        // OPENREG_DEVICE_MEMORY in whole 4 KiB pag
 // nothing): the PyTorch layer refuses to use a device while this is set.
 const std::string& orConfigError();
 bool orIsInitialized();              // any device touched yet in this process
+// Initialises the driver without touching memory (cudaSetDevice's context
+// creation): from then on a fork's child may not use it.
+orError orInit();
 bool orIsForkedChild();              // true in a fork of an initialised parent
 orError orDeviceSynchronize(int device);
 // The first kernel exception among the device's streams (null if none).
