@@ -340,8 +340,6 @@ def main(argv=None):
         start_step = load_checkpoint(args.checkpoint_dir, model, opt)
         if rank == 0:
             print(f"resumed from {args.checkpoint_dir} at step {start_step}", flush=True)
-    elif args.resume and rank == 0:
-        print(f"no checkpoint in {args.checkpoint_dir}: starting from step 0", flush=True)
         if start_step >= args.steps:
             # Nothing to train: keep the finished run's summary and plot.
             if rank == 0:
@@ -350,6 +348,8 @@ def main(argv=None):
             if distributed:
                 dist.destroy_process_group()
             return
+    elif args.resume and rank == 0:
+        print(f"no checkpoint in {args.checkpoint_dir}: starting from step 0", flush=True)
 
     data = load_corpus()
     autocast = (torch.autocast(args.device_type, dtype=torch.bfloat16)

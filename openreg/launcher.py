@@ -8,8 +8,8 @@
 A thin layer over torchrun (``torch.distributed.run --standalone``): every option
 other than --devices and --nodes is passed to the training script (listed by
 ``openreg-run --help``), and checked here first, with the device count against
-the strategy and batch, so a typo fails once, before any process starts. With --nodes M it starts M torchrun agents on this
-machine, one per simulated host (``--nnodes=M --node-rank=i``, each with its own
+the strategy and batch, so a typo fails once, before any process starts. With
+--nodes M it starts M torchrun agents on this machine, one per simulated host (``--nnodes=M --node-rank=i``, each with its own
 OREG_CCL_HOST_ID), so oreg_ccl uses shared memory within a host and ZeroMQ over
 loopback TCP between hosts, as on a real cluster.
 """

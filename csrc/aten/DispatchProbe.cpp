@@ -23,6 +23,12 @@ at::ScalarType probeDtype(at::ScalarType dtype) {
   return t_fill == Fill::kOnesInFloat && integral ? at::kFloat : dtype;
 }
 
+// Zeros, or ones in runProbe's and checkShapes' later runs.
+at::Tensor filled(at::IntArrayRef sizes, at::ScalarType dtype) {
+  const auto options = at::TensorOptions().dtype(dtype);
+  return t_fill == Fill::kZeros ? at::zeros(sizes, options) : at::ones(sizes, options);
+}
+
 }  // namespace
 
 at::Tensor probeTensor(const at::Tensor& t) {
@@ -32,8 +38,7 @@ at::Tensor probeTensor(const at::Tensor& t) {
     sizes[d] = t.size(d) == 1 ? 1 : 2;
     stored[d] = t.stride(d) == 0 ? 1 : sizes[d];
   }
-  const auto options = at::TensorOptions().dtype(probeDtype(t.scalar_type()));
-  at::Tensor probe = t_fill == Fill::kZeros ? at::zeros(stored, options) : at::ones(stored, options);
+  at::Tensor probe = filled(stored, probeDtype(t.scalar_type()));
   if (stored != sizes) probe = probe.expand(sizes);
   // A Python number's tensor promotes with a lower rank than a 0-dim tensor.
   if (t.unsafeGetTensorImpl()->is_wrapped_number())
@@ -56,8 +61,7 @@ char scalarValueClass(const c10::Scalar& s) {
 
 at::Tensor exactProbeTensor(const at::Tensor& t) {
   if (!t.defined()) return t;
-  const auto options = at::TensorOptions().dtype(t.scalar_type());
-  return t_fill == Fill::kZeros ? at::zeros(t.sizes(), options) : at::ones(t.sizes(), options);
+  return filled(t.sizes(), t.scalar_type());
 }
 
 at::Tensor probeOutput(const at::Tensor& t) {

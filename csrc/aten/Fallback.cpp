@@ -541,6 +541,7 @@ void checkDispatch(const c10::OperatorHandle& op, const IValue* args, size_t num
 // (TensorIterator) also rejects a written tensor that overlaps itself.
 void checkWrittenOverlap(const c10::FunctionSchema& schema, const IValue* args, size_t num_args,
                          bool pointwise) {
+  if (!schema.is_mutable()) return;  // a functional op writes only fresh outputs
   std::vector<at::Tensor> outs, inputs;
   for (size_t i = 0; i < num_args; ++i) {
     const auto* alias = schema.arguments()[i].alias_info();

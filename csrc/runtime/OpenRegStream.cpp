@@ -18,9 +18,8 @@ constexpr int kStreamsPerDevice = kPooledStreams + kMaxDedicatedStreams;
 
 struct DeviceStreams {
   std::array<std::once_flag, kStreamsPerDevice> created;
-  std::array<orStream, kStreamsPerDevice> streams{};
-  // streams[id] once created, for readers that must not create it.
-  std::array<std::atomic<orStream>, kPooledStreams> published{};
+  // Set once, by rawStream; read without creating by synchronizeComputeStreams.
+  std::array<std::atomic<orStream>, kStreamsPerDevice> streams{};
   std::atomic<uint32_t> next_low{0};
   std::atomic<uint32_t> next_high{0};
   // Trivially destructible, as the rest: a group may release its stream
@@ -108,12 +107,14 @@ orStream rawStream(const c10::Stream& stream) {
   auto id = static_cast<size_t>(stream.id());
   orError error = orSuccess;
   std::call_once(d.created[id], [&] {
-    error = orStreamCreate(device, priorityOfId(stream.id()), &d.streams[id]);
-    if (id < kPooledStreams) d.published[id].store(d.streams[id], std::memory_order_release);
+    orStream created = nullptr;
+    error = orStreamCreate(device, priorityOfId(stream.id()), &created);
+    d.streams[id].store(created, std::memory_order_release);
   });
   OPENREG_CHECK(error);
-  TORCH_CHECK(d.streams[id] != nullptr, "openreg stream ", id, " failed to initialise earlier");
-  return d.streams[id];
+  orStream raw = d.streams[id].load(std::memory_order_acquire);
+  TORCH_CHECK(raw != nullptr, "openreg stream ", id, " failed to initialise earlier");
+  return raw;
 }
 
 int streamPriority(const c10::Stream& stream) {
@@ -150,7 +151,7 @@ void synchronizeStream(const c10::Stream& stream) {
 void synchronizeComputeStreams(c10::DeviceIndex device, bool raisesKernelErrors) {
   device = resolve_device(device);
   for (int id = 0; id < kPooledStreams; ++id) {
-    orStream raw = g_devices[device].published[id].load(std::memory_order_acquire);
+    orStream raw = g_devices[device].streams[id].load(std::memory_order_acquire);
     if (!raw) continue;  // never used: nothing queued
     orError error = orStreamSynchronize(raw);
     if (error == orErrorLaunchFailure && !raisesKernelErrors) continue;

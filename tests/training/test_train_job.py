@@ -142,8 +142,15 @@ def test_resume_under_another_strategy(cpu_reference, tmp_path):
     assert r.returncode == 0, r.stderr[-4000:]
     assert f"no checkpoint in {ckpt}: starting from step 0" in r.stdout, r.stdout[-2000:]
     resumed = run_job(tmp_path / "b", "--strategy", "tp", "--checkpoint-dir", str(ckpt),
-                      "--resume", "--steps", "10", nproc=2)
+                      "--resume", "--steps", "10", "--checkpoint-every", "5", nproc=2)
     assert resumed["first_step"] == 5
     for got, want in zip(resumed["losses"], cpu_reference["losses"][5:10]):
         assert got == pytest.approx(want, rel=2e-4, abs=2e-4)
+    # Resuming a finished run trains nothing and keeps its summary.
+    r = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+             TRAIN, "--strategy", "tp", "--steps", "10", "--checkpoint-every", "5", "--no-plot",
+             "--checkpoint-dir", str(ckpt), "--resume", "--out-dir", str(tmp_path / "b")],
+            timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "at or past --steps 10: nothing to do" in r.stdout, r.stdout[-2000:]
 
