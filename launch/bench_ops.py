@@ -101,6 +101,9 @@ def train_step_rows():
     cpu = timeit(make("cpu"), iters=3, warmup=2, min_time=1.0)
     dev = timeit(make("openreg"), torch.openreg.synchronize, iters=3, warmup=2, min_time=1.0)
     yield ("GPT training step (AdamW)", cpu, dev, "2 layers, d=128, batch 16x64")
+    with torch.openreg.sanitizer.enabled():
+        checked = timeit(make("openreg"), torch.openreg.synchronize, iters=3, warmup=2, min_time=1.0)
+    yield ("  same, race checker on", cpu, checked, "OPENREG_SANITIZER=1")
 
 
 def main():

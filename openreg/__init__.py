@@ -70,6 +70,7 @@ from .random import (
 )
 from .amp import get_amp_supported_dtype, is_bf16_supported
 from . import rnn  # noqa: F401  (registers the fused RNN cell kernels)
+from . import sanitizer  # noqa: F401  (torch.openreg.sanitizer, the race checker)
 from . import _registration
 from . import _ccl
 

@@ -61,16 +61,32 @@ at::Tensor allocateOutput(at::IntArrayRef sizes, at::IntArrayRef strides,
   return at::detail::empty_strided_generic(sizes, strides, getCachingAllocator(), kKeys, dtype);
 }
 
-void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
-                  const std::vector<at::Tensor>& reads, const std::vector<at::Tensor>& writes) {
+std::vector<orAccess> accessesOf(const std::vector<at::Tensor>& reads,
+                                 const std::vector<at::Tensor>& writes) {
   std::vector<orAccess> accesses;
   accesses.reserve(reads.size() + writes.size());
-  for (const auto& t : reads)
-    if (isOpenReg(t)) accesses.push_back({t.storage().data(), false});
-  for (const auto& t : writes)
-    if (isOpenReg(t)) accesses.push_back({t.storage().data(), true});
+  for (const auto* list : {&reads, &writes}) {
+    for (const auto& t : *list) {
+      if (!isOpenReg(t) || t.numel() == 0) continue;
+      // The bytes its elements span: a view's, not its whole storage's.
+      const auto* begin =
+          static_cast<const char*>(t.storage().data()) + t.storage_offset() * t.itemsize();
+      accesses.push_back(
+          {begin, at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize()),
+           /*write=*/list == &writes});
+    }
+  }
+  return accesses;
+}
+
+void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
+                  const std::vector<at::Tensor>& reads, const std::vector<at::Tensor>& writes) {
   orStream raw = rawStream(stream);
-  orError error = orLaunchKernel(raw, std::move(kernel), std::move(accesses));
+  // Only the race checker reads the accesses.
+  orError error = orLaunchKernel(raw, std::move(kernel),
+                                 orSanitizerEnabled() ? accessesOf(reads, writes)
+                                                      : std::vector<orAccess>{});
+  TORCH_CHECK(error != orErrorDataRace, orSanitizerLastReport());
   if (error != orSuccess)
     checkKernelError(error, c10::str(stream), orStreamLastException(raw));
 }

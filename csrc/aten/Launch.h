@@ -4,11 +4,13 @@
 // device. Kernels never see device pointers: `kernelView` gives a CPU tensor
 // over the same bytes through the kernel-visible mapping, so a kernel body is
 // ordinary CPU ATen code. Each launch declares the tensors it reads and
-// writes (for the future race checker, which compares them across streams).
+// writes, which the race checker (OPENREG_SANITIZER=1) compares across streams.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Stream.h>
+
+#include "../runtime/driver/Driver.h"
 
 #include <functional>
 #include <vector>
@@ -34,7 +36,12 @@ std::vector<at::Tensor> kernelViews(at::TensorList tensors);
 at::Tensor allocateOutput(at::IntArrayRef sizes, at::IntArrayRef strides,
                           const at::TensorOptions& options);
 
-// Queue `kernel` on `stream`. Raises if an earlier kernel on it failed.
+// The device memory `reads` and `writes` span, as the race checker takes it.
+std::vector<orAccess> accessesOf(const std::vector<at::Tensor>& reads,
+                                 const std::vector<at::Tensor>& writes);
+
+// Queue `kernel` on `stream`. Raises if an earlier kernel on it failed, or
+// (with the race checker on) if it races with another stream's work.
 void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
                   const std::vector<at::Tensor>& reads = {},
                   const std::vector<at::Tensor>& writes = {});

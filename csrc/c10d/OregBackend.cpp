@@ -149,6 +149,7 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
   else
     transport_ = ShmTransport::connect(rank, size, rdv);
   spin_ = std::chrono::microseconds(config().spinUsFor(size));
+  sanitizerLane_ = orSanitizerLaneCreate(c10::str("oreg_ccl rank ", rank, " of a group of ", size));
   worker_ = std::thread([this] {
     c10::setThreadName("oreg_ccl_" + std::to_string(rank_));
     workerLoop();
@@ -221,6 +222,19 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
     work->stash(std::move(held));
     const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device));
     op.stream = rawStream(stream);
+    if (orSanitizerEnabled()) {
+      // The operation reads its inputs and writes its outputs off the
+      // stream, after what is queued on it now, until a wait joins it.
+      orSanitizerPoint point;
+      if (orSanitizerLaneAccess(sanitizerLane_, op.stream, accessesOf(inputs, outputs), &point) ==
+          orErrorDataRace) {
+        transport_->cancel(c10::str("oreg_ccl: rank ", getRank(), ": ", op.what, ": ",
+                                    orSanitizerLastReport()),
+                           /*propagate=*/true);
+        OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", op.what, ": ", orSanitizerLastReport());
+      }
+      work->setSanitizerPoint(std::move(point));
+    }
     // A failed stream takes the marker path, which raises its error here.
     if (streamOrder_->covers(op.stream) && orStreamQuery(op.stream) != orErrorLaunchFailure) {
       streamMarkersSkipped_.fetch_add(1, std::memory_order_relaxed);
@@ -235,8 +249,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                      [ready, transport] {
                        ready->store(true, std::memory_order_release);
                        transport->wakeup();
-                     },
-                     inputs, outputs);
+                     });
       } catch (const std::exception&) {
         // A kernel before it already failed the stream: fail the group now, as
         // the worker does when it finds that later, or the peers would wait

@@ -256,6 +256,8 @@ class OregBackend final : public c10d::Backend {
   // What on the callers' streams needs no marker kernel (see StreamOrder.h).
   std::shared_ptr<StreamOrder> streamOrder_ = std::make_shared<StreamOrder>();
   std::shared_ptr<FutureStreams> futureStreams_ = std::make_shared<FutureStreams>();
+  // The race checker's lane for this group's operations (NCCL's stream).
+  int sanitizerLane_ = -1;
   std::mutex issueMutex_;  // held from a device operation's tag to its push (enqueue)
   std::atomic<uint64_t> streamMarkers_{0}, streamMarkersSkipped_{0};
   uint64_t splitsBuilt_ = 0;

@@ -64,6 +64,7 @@ c10::intrusive_ptr<c10::ivalue::Future> OregWork::makeDeviceFuture() {
     // and user. As NCCL's, the future carries no error; the work and the
     // group's next call do (it fails them all).
     const c10::Stream stream = futureStreams_->of(device.index());
+    orSanitizerStreamJoin(rawStream(stream), sanitizerPoint_);
     if (!done) launchKernel(stream, holdUntilDone(/*raises=*/false));
     // The future's event is recorded on the current stream of its device.
     c10::StreamGuard current(stream);
@@ -205,6 +206,7 @@ bool OregWork::waitHost(std::chrono::milliseconds timeout) {
                      " did not complete within the ", timeout.count(), " ms given to wait()");
   }
   if (exception_) std::rethrow_exception(exception_);
+  orSanitizerHostJoin(sanitizerPoint_);
   return true;
 }
 
@@ -215,6 +217,8 @@ void OregWork::blockStream() {
     done = completed_;
     if (done && exception_) std::rethrow_exception(exception_);
   }
+  const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device_));
+  orSanitizerStreamJoin(rawStream(stream), sanitizerPoint_);
   if (done) {
     // Outside mutex_: dropping a tensor may take the GIL, and a thread holding
     // the GIL may be waiting for mutex_ (is_completed()).
@@ -225,7 +229,6 @@ void OregWork::blockStream() {
   // The stream waits for the operation; a failure surfaces as the stream's
   // asynchronous error (like a failed NCCL kernel), and wait() on a work that
   // already failed raises directly.
-  const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device_));
   const uint64_t before = orStreamLaunchCount(rawStream(stream));
   launchKernel(stream, holdUntilDone(/*raises=*/true));
   if (streamOrder_) streamOrder_->coverWait(rawStream(stream), before);
@@ -275,8 +278,11 @@ c10::intrusive_ptr<OregWork> OregWork::combine(
   auto all = c10::make_intrusive<OregWork>(rank, c10d::OpType::COALESCED, std::move(outputs),
                                            device, /*blockHost=*/anyHost);
   // wait() on the group releases every part's tensors.
-  for (auto& p : parts)
+  for (auto& p : parts) {
     all->stashes_.insert(all->stashes_.end(), p->stashes_.begin(), p->stashes_.end());
+    // The parts ran in order on the group's lane: the last covers the rest.
+    if (p->sanitizerPoint_) all->sanitizerPoint_ = p->sanitizerPoint_;
+  }
   if (parts.empty()) {
     all->complete(nullptr);
     return all;

@@ -62,6 +62,8 @@ class OregWork : public c10d::Work {
   // Issue side, for a collective on openreg tensors: a wait() queued right
   // behind work the group's StreamOrder covers is covered too.
   void extendsStreamOrder(std::shared_ptr<StreamOrder> order) { streamOrder_ = std::move(order); }
+  // The race checker's point for this operation, which every wait joins.
+  void setSanitizerPoint(orSanitizerPoint point) { sanitizerPoint_ = std::move(point); }
   // Runs `fn(error)` once this work completes (at once if it already has).
   void whenDone(std::function<void(std::exception_ptr)> fn);
   // Blocks the calling thread until completion; never throws.
@@ -104,6 +106,7 @@ class OregWork : public c10d::Work {
   std::vector<std::shared_ptr<Stash>> stashes_;  // its own, or a coalesced group's parts'
   std::weak_ptr<WorkerRef> workerRef_;  // set when releasable
   std::shared_ptr<StreamOrder> streamOrder_;  // set by extendsStreamOrder
+  orSanitizerPoint sanitizerPoint_;  // null unless the race checker is on
   const int device_;
   const bool blockHost_;
   std::atomic<int> sourceRank_{-1};

@@ -122,6 +122,8 @@ PYBIND11_MODULE(_C, m) {
     auto* b = reinterpret_cast<THPEvent*>(end.ptr());
     return a->event.elapsedTime(b->event);
   });
+  m.def("_sanitizer_enable", [](bool on) { orSanitizerEnable(on); });
+  m.def("_sanitizer_enabled", [] { return orSanitizerEnabled(); });
   m.def("_empty_cache", [] { getCachingAllocator()->emptyCache(); });
   m.def("_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(

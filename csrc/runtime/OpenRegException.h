@@ -13,6 +13,7 @@
       TORCH_CHECK(__err != ::openreg::orErrorForkedChild,                            \
                   "Cannot re-initialize openreg in forked subprocess. To use openreg " \
                   "with multiprocessing, you must use the 'spawn' start method");    \
+      TORCH_CHECK(__err != ::openreg::orErrorDataRace, ::openreg::orSanitizerLastReport()); \
       TORCH_CHECK(false, "openreg error: ", ::openreg::orGetErrorString(__err));     \
     }                                                                                \
   } while (0)

@@ -109,6 +109,7 @@ orStream rawStream(const c10::Stream& stream) {
   std::call_once(d.created[id], [&] {
     orStream created = nullptr;
     error = orStreamCreate(device, priorityOfId(stream.id()), &created);
+    if (created) orSanitizerSetLabel(created, c10::str(stream));
     d.streams[id].store(created, std::memory_order_release);
   });
   OPENREG_CHECK(error);

@@ -123,6 +123,7 @@ def test_cross_device_error_like_cuda():
 def test_kernels_run_on_the_current_device_and_stream():
     a = torch.randn(16, device="openreg:2")
     s = torch.openreg.Stream(device="openreg:2")
+    s.wait_stream(torch.openreg.current_stream(2))  # `a` is written on the default stream
     with torch.openreg.stream(s):
         torch.openreg._sleep(150)
         b = a * 3

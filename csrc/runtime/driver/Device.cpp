@@ -94,6 +94,7 @@ const char* orGetErrorString(orError error) {
     case orErrorDeviceUnavailable:
       return "the device's memory could not be created or mapped (is OPENREG_DEVICE_MEMORY "
              "larger than this process may map?)";
+    case orErrorDataRace: return "data race (see orSanitizerLastReport)";
     case orErrorForkedChild:
       return "openreg was initialized in the parent process and cannot be used in a forked child";
   }

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ enum orError {
   orErrorLaunchFailure,      // a kernel raised; see orStreamLastException / orErrorMessage
   orErrorForkedChild,        // driver used in a fork of an initialised process
   orErrorDeviceUnavailable,  // the device's memory could not be mapped at all
+  orErrorDataRace,           // the race checker refused a launch: orSanitizerLastReport says why
 };
 
 const char* orGetErrorString(orError error);
@@ -96,9 +98,12 @@ orError orIpcCloseMemHandle(void* base, size_t arenaBytes);
 struct orStream_st;
 using orStream = orStream_st*;
 
-// What a kernel touches: the race checker (future) compares these per stream.
+// What a kernel touches: the bytes [begin, begin + bytes) of device memory
+// (device pointers), read or written. The race checker (below) compares them
+// across streams.
 struct orAccess {
-  const void* base;  // storage base (device pointer)
+  const void* begin;
+  size_t bytes;
   bool write;
 };
 
@@ -136,6 +141,39 @@ orStream orEventStream(orEvent event);
 orError orEventSynchronize(orEvent event);
 // Milliseconds between two recorded, completed, timing-enabled events.
 orError orEventElapsedTime(float* ms, orEvent start, orEvent end);
+
+// ---- race checker (~ torch.cuda._sanitizer) ---------------------------------
+// Off unless OPENREG_SANITIZER=1 or orSanitizerEnable(true). When on, every
+// launch's accesses are checked, on the launching thread, against the earlier
+// accesses of other streams to the same bytes: each stream keeps a vector
+// clock of what it is ordered after (its own launches, the events it waited
+// for, what the host had synchronised with when it launched), and an access
+// must come after the other streams' conflicting accesses (read vs write,
+// write vs anything) in that order, whatever the memory's tensor lifetime: a
+// block freed while another stream still read it and reused on its own
+// stream (a missing record_stream) is caught at the reusing kernel. A launch
+// that races returns orErrorDataRace and is not queued.
+void orSanitizerEnable(bool on);  // turning it on or off forgets all history
+bool orSanitizerEnabled();
+// Why this thread's last launch returned orErrorDataRace.
+std::string orSanitizerLastReport();
+// How the checker names `stream` in its reports (e.g. torch's "stream 1 on device openreg:0").
+void orSanitizerSetLabel(orStream stream, const std::string& label);
+
+// Work that runs off the streams but is ordered with them, such as oreg_ccl's
+// collectives (NCCL runs them on a stream of its own): a lane is such an
+// in-order sequence. orSanitizerLaneAccess checks and records `accesses` as
+// the lane's next operation, ordered after the work queued so far on `after`,
+// and returns the point a waiter joins (null while the checker is off);
+// orSanitizerStreamJoin orders `stream`'s later work after that point,
+// orSanitizerHostJoin the host's (a host wait for the lane's operation).
+struct orSanitizerClock;
+using orSanitizerPoint = std::shared_ptr<const orSanitizerClock>;
+int orSanitizerLaneCreate(const std::string& label);
+orError orSanitizerLaneAccess(int lane, orStream after, const std::vector<orAccess>& accesses,
+                              orSanitizerPoint* point);
+void orSanitizerStreamJoin(orStream stream, const orSanitizerPoint& point);
+void orSanitizerHostJoin(const orSanitizerPoint& point);
 
 // ---- pinned host memory ----------------------------------------------------
 orError orHostAlloc(void** ptr, size_t bytes);

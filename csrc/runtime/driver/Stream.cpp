@@ -31,6 +31,7 @@ struct orStream_st {
 
   int device = 0;
   int priority = 0;
+  int lane = -1;  // the race checker's
 
   std::mutex mutex;
   std::condition_variable work_cv;  // worker waits for kernels
@@ -125,6 +126,7 @@ orError orStreamCreate(int device, int priority, orStream* stream) {
   auto* s = new orStream_st();  // streams live for the process, like CUDA's pools
   s->device = device;
   s->priority = priority;
+  s->lane = detail::sanitizerNewStreamLane("a stream of openreg:" + std::to_string(device));
   s->worker = std::thread([s] {
     // Named like PyTorch's pt_autograd_N threads, so profilers and debuggers
     // show which thread runs a device's kernels.
@@ -170,11 +172,17 @@ std::exception_ptr orDeviceLastException(int device) {
 int orStreamDevice(orStream stream) { return stream->device; }
 int orStreamPriority(orStream stream) { return stream->priority; }
 
+namespace detail {
+int streamLane(orStream stream) { return stream->lane; }
+}  // namespace detail
+
 orError orLaunchKernel(orStream stream, std::function<void()> kernel,
-                       std::vector<orAccess> /*accesses: for the race checker*/) {
+                       std::vector<orAccess> accesses) {
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
   if (stream->failed.load(std::memory_order_relaxed)) return orErrorLaunchFailure;
+  if (detail::sanitizerOn() && !detail::sanitizerLaunch(stream->lane, accesses))
+    return orErrorDataRace;
   // The worker's list of finished kernels is swapped for an empty one that
   // keeps its capacity (this thread's spare), so neither side allocates per
   // launch. Taken out of the thread_local first: destroying a kernel may
@@ -198,9 +206,12 @@ orError orStreamQuery(orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
   if (stream->failed.load()) return orErrorLaunchFailure;
-  return stream->completed.load(std::memory_order_acquire) >= stream->enqueued.load()
-             ? orSuccess
-             : orErrorNotReady;
+  // Seen before the count: the host learns no more than what it saw end.
+  orSanitizerPoint seen = detail::sanitizerOn() ? detail::sanitizerSnapshot(stream->lane) : nullptr;
+  if (stream->completed.load(std::memory_order_acquire) < stream->enqueued.load())
+    return orErrorNotReady;
+  orSanitizerHostJoin(seen);
+  return orSuccess;
 }
 
 uint64_t orStreamLaunchCount(orStream stream) {
@@ -210,12 +221,14 @@ uint64_t orStreamLaunchCount(orStream stream) {
 orError orStreamSynchronize(orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
+  orSanitizerPoint seen = detail::sanitizerOn() ? detail::sanitizerSnapshot(stream->lane) : nullptr;
   uint64_t target;
   {
     std::lock_guard<std::mutex> lock(stream->mutex);
     target = stream->enqueued.load();
   }
   stream->waitFor(target);
+  orSanitizerHostJoin(seen);
   std::vector<std::function<void()>> finished;
   {
     std::lock_guard<std::mutex> lock(stream->mutex);
@@ -254,6 +267,7 @@ namespace {
 struct Record {
   orStream stream = nullptr;
   uint64_t seq = 0;  // complete when stream->completed >= seq
+  orSanitizerPoint clock;  // the race checker's view of the stream at the record
   std::atomic<int64_t> time_ns{0};
 };
 }  // namespace
@@ -286,6 +300,7 @@ orError orEventRecord(orEvent event, orStream stream) {
   if (!event || !stream) return orErrorInvalidValue;
   auto record = std::make_shared<Record>();
   record->stream = stream;
+  if (detail::sanitizerOn()) record->clock = detail::sanitizerSnapshot(stream->lane);
   std::function<void()> mark;
   if (event->timing) {
     mark = [record] {
@@ -313,6 +328,7 @@ orError orStreamWaitEvent(orStream stream, orEvent event) {
   if (!event || !stream) return orErrorInvalidValue;
   auto record = event->current();
   if (!record || record->stream == stream) return orSuccess;  // in-order already
+  if (detail::sanitizerOn()) detail::sanitizerJoin(stream->lane, record->clock);
   // A failure of the awaited stream fails this one too, with the same error:
   // its later kernels would read what the failed kernel did not write (CUDA's
   // errors are sticky for the whole context, and keep their kind: a failed
@@ -333,6 +349,7 @@ orError orEventQuery(orEvent event) {
   if (!record) return orSuccess;
   if (record->stream->completed.load(std::memory_order_acquire) < record->seq)
     return orErrorNotReady;
+  orSanitizerHostJoin(record->clock);
   return record->stream->failed.load() ? orErrorLaunchFailure : orSuccess;
 }
 
@@ -347,6 +364,7 @@ orError orEventSynchronize(orEvent event) {
   auto record = event->current();
   if (!record) return orSuccess;
   record->stream->waitFor(record->seq);
+  orSanitizerHostJoin(record->clock);
   // Sticky, as cudaEventSynchronize reports an earlier kernel's failure.
   return record->stream->failed.load() ? orErrorLaunchFailure : orSuccess;
 }

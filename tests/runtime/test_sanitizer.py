@@ -1,0 +1,186 @@
+"""The race checker (torch.openreg.sanitizer): unsynchronised use of device
+memory across streams raises at the racing call; every way of ordering the
+two (stream and event waits, host synchronisation, record_stream) passes."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+DEV = torch.device("openreg:0")
+
+
+@pytest.fixture
+def sanitizer():
+    torch.openreg.synchronize()
+    torch.openreg.sanitizer.enable()
+    try:
+        yield
+    finally:
+        torch.openreg.synchronize()
+        torch.openreg.sanitizer.disable()
+
+
+def side_stream():
+    return torch.openreg.Stream(DEV)
+
+
+def test_read_of_another_streams_write_raises(sanitizer):
+    x = torch.ones(1000, device=DEV)  # written on the default stream
+    s = side_stream()
+    with pytest.raises(RuntimeError, match="data race") as info:
+        with torch.openreg.stream(s):
+            x * 2
+    message = str(info.value)
+    assert f"a kernel on stream {s.stream_id} on device openreg:0 reads 4000 bytes" in message
+    assert "a kernel on stream 0 on device openreg:0 wrote" in message
+    # The racing launch was refused, not queued: the stream still works.
+    s.wait_stream(torch.openreg.current_stream())
+    with torch.openreg.stream(s):
+        y = x * 2
+    torch.openreg.current_stream().wait_stream(s)
+    assert y.sum().item() == 2000
+
+
+def test_write_after_another_streams_read_raises(sanitizer):
+    x = torch.ones(1000, device=DEV)
+    s = side_stream()
+    s.wait_stream(torch.openreg.current_stream())
+    with torch.openreg.stream(s):
+        x.sum()
+    with pytest.raises(RuntimeError, match=r"writes 4000 bytes .* that a kernel on stream \d+ on device openreg:0 read"):
+        x.add_(1)
+
+
+def wait_stream(s):
+    s.wait_stream(torch.openreg.current_stream())
+
+
+def wait_event(s):
+    event = torch.openreg.Event()
+    event.record()
+    s.wait_event(event)
+
+
+def event_synchronize(s):
+    torch.openreg.current_stream().record_event().synchronize()
+
+
+def stream_synchronize(s):
+    torch.openreg.current_stream().synchronize()
+
+
+def device_synchronize(s):
+    torch.openreg.synchronize()
+
+
+def event_query_until_done(s):
+    event = torch.openreg.current_stream().record_event()
+    while not event.query():
+        pass
+
+
+@pytest.mark.parametrize("order", [wait_stream, wait_event, event_synchronize, stream_synchronize,
+                                   device_synchronize, event_query_until_done])
+def test_every_kind_of_ordering_passes(sanitizer, order):
+    x = torch.ones(1000, device=DEV)
+    s = side_stream()
+    order(s)
+    with torch.openreg.stream(s):
+        y = x * 3
+    torch.openreg.current_stream().wait_stream(s)
+    assert y.sum().item() == 3000
+
+
+def test_freed_memory_reused_without_record_stream_raises(sanitizer):
+    x = torch.ones(4096, device=DEV)
+    s = side_stream()
+    s.wait_stream(torch.openreg.current_stream())
+    with torch.openreg.stream(s):
+        y = x + 1  # s still reads x when the host drops it
+    del x
+    # The allocator hands x's block back out on the default stream at once.
+    with pytest.raises(RuntimeError, match=r"writes 16384 bytes .* stream \d+ on device openreg:0 read.*record_stream"):
+        torch.zeros(4096, device=DEV)
+    torch.openreg.current_stream().wait_stream(s)
+    assert y.sum().item() == 2 * 4096
+
+
+def test_record_stream_makes_reuse_safe(sanitizer):
+    x = torch.ones(4096, device=DEV)
+    s = side_stream()
+    s.wait_stream(torch.openreg.current_stream())
+    with torch.openreg.stream(s):
+        torch.openreg._sleep(50)
+        y = x + 1
+    x.record_stream(s)
+    del x
+    z = torch.zeros(4096, device=DEV)  # another block, or x's once s is done with it
+    torch.openreg.current_stream().wait_stream(s)
+    assert y.sum().item() == 2 * 4096 and z.sum().item() == 0
+
+
+def test_disjoint_views_on_two_streams_pass_overlapping_ones_race(sanitizer):
+    x = torch.zeros(2, 1000, device=DEV)
+    a, b = side_stream(), side_stream()
+    for s in (a, b):
+        s.wait_stream(torch.openreg.current_stream())
+    with torch.openreg.stream(a):
+        x[0].fill_(1)
+    with torch.openreg.stream(b):
+        x[1].fill_(2)  # other bytes of the same storage: no race
+        with pytest.raises(RuntimeError, match="data race"):
+            x[:, 500:].fill_(3)  # half of it is a's row
+    for s in (a, b):
+        torch.openreg.current_stream().wait_stream(s)
+    assert x.sum().item() == 3000
+
+
+def test_copies_between_devices_order_both_streams(sanitizer):
+    if torch.openreg.device_count() < 2:
+        pytest.skip("needs two openreg devices")
+    # As CUDA's: the copy waits for the source device's current stream, and
+    # that stream for the copy, so neither side needs a wait of its own.
+    x = torch.ones(100, device=DEV)
+    s1 = torch.openreg.Stream(torch.device("openreg:1"))
+    with torch.openreg.stream(s1):
+        y = x.to("openreg:1")
+    x.add_(1)
+    other = torch.openreg.Stream(torch.device("openreg:1"))
+    with pytest.raises(RuntimeError, match="data race"):
+        with torch.openreg.stream(other):
+            y * 2  # y was written on s1, which `other` never waited for
+    torch.openreg.synchronize(1)
+    assert y.sum().item() == 100 and x.sum().item() == 200
+
+
+RACY = textwrap.dedent("""
+    import torch
+    x = torch.ones(10, device="openreg:0")
+    s = torch.openreg.Stream()
+    with torch.openreg.stream(s):
+        x * 2
+    print("enabled" if torch.openreg.sanitizer.is_enabled() else "disabled")
+""")
+
+
+@pytest.mark.parametrize("setting", ["unset", "1"])
+def test_off_by_default_on_with_the_environment_variable(setting):
+    env = {k: v for k, v in os.environ.items() if k != "OPENREG_SANITIZER"}
+    if setting != "unset":
+        env["OPENREG_SANITIZER"] = setting
+    run = subprocess.run([sys.executable, "-c", RACY], env=env, capture_output=True, text=True,
+                         timeout=120)
+    if setting == "unset":
+        assert run.returncode == 0 and run.stdout.strip() == "disabled", run.stderr
+    else:
+        assert run.returncode != 0 and "openreg sanitizer: data race" in run.stderr, run.stderr
+
+
+def test_enabled_context_restores_the_setting():
+    assert not torch.openreg.sanitizer.is_enabled()
+    with torch.openreg.sanitizer.enabled():
+        assert torch.openreg.sanitizer.is_enabled()
+    assert not torch.openreg.sanitizer.is_enabled()
