@@ -60,7 +60,9 @@ void recordPinned(const at::Tensor& t, const c10::Stream& stream) {
 
 // Runs `body` in stream order and returns once it is done. When the stream is
 // idle the host thread does the copy itself (no worker round trip).
-void runSynchronously(const c10::Stream& stream, std::function<void()> body) {
+void runSynchronously(const c10::Stream& stream, std::function<void()> body,
+                      const at::Tensor& read, const at::Tensor& written) {
+  checkHostAccess(stream, {read}, {written});
   orStream raw = rawStream(stream);
   if (orStreamQuery(raw) == orSuccess) {
     body();
@@ -79,7 +81,7 @@ void copyHostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blo
     recordPinned(src, stream);
     return;
   }
-  runSynchronously(stream, [&src, &dst_view] { dst_view.copy_(src); });
+  runSynchronously(stream, [&src, &dst_view] { dst_view.copy_(src); }, src, dst);
 }
 
 void copyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
@@ -91,7 +93,7 @@ void copyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blo
     recordPinned(dst, stream);
     return;
   }
-  runSynchronously(stream, [&src_view, &dst] { dst.copy_(src_view); });
+  runSynchronously(stream, [&src_view, &dst] { dst.copy_(src_view); }, src, dst);
 }
 
 }  // namespace

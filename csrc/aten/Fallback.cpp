@@ -309,10 +309,19 @@ at::Tensor emptyLike(const at::Tensor& like, c10::Device device) {
 void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args,
                       c10::Device device) {
   const auto& schema = op.schema();
-  synchronizeStream(getCurrentStream(device.index()));
+  const c10::Stream stream = getCurrentStream(device.index());
+  synchronizeStream(stream);
   ArgumentConverter conv(device.index(), /*to_meta=*/false);
   IValue* args = stack->data() + stack->size() - num_args;
   PreparedCall call = prepare(schema, args, num_args, conv);
+  if (orSanitizerEnabled()) {
+    std::vector<at::Tensor> written;
+    for (size_t i = 0; i < num_args; ++i) {
+      const auto& info = schema.arguments()[i].alias_info();
+      if (info && info->isWrite() && args[i].isTensor()) written.push_back(args[i].toTensor());
+    }
+    checkHostAccess(stream, call.originals, written);
+  }
 
   // out= arguments may need resizing to a data-dependent size, which a kernel
   // view cannot do: give the CPU op a fresh host tensor and copy back.

@@ -91,6 +91,13 @@ void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
     checkKernelError(error, c10::str(stream), orStreamLastException(raw));
 }
 
+void checkHostAccess(const c10::Stream& stream, const std::vector<at::Tensor>& reads,
+                     const std::vector<at::Tensor>& writes) {
+  if (!orSanitizerEnabled()) return;
+  orError error = orSanitizerStreamAccess(rawStream(stream), accessesOf(reads, writes));
+  TORCH_CHECK(error != orErrorDataRace, orSanitizerLastReport());
+}
+
 void launchOnCurrentStream(const at::Tensor& t, std::function<void()> kernel,
                            const std::vector<at::Tensor>& reads,
                            const std::vector<at::Tensor>& writes) {

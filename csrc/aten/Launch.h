@@ -46,6 +46,11 @@ void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
                   const std::vector<at::Tensor>& reads = {},
                   const std::vector<at::Tensor>& writes = {});
 
+// The host itself reads `reads` and writes `writes` in `stream`'s order
+// (after waiting for it): the race checker checks them as a kernel on it.
+void checkHostAccess(const c10::Stream& stream, const std::vector<at::Tensor>& reads,
+                     const std::vector<at::Tensor>& writes);
+
 // Queue on the current stream of `t`'s device.
 void launchOnCurrentStream(const at::Tensor& t, std::function<void()> kernel,
                            const std::vector<at::Tensor>& reads = {},

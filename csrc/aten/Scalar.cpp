@@ -42,7 +42,9 @@ at::Tensor& fill_tensor_(at::Tensor& self, const at::Tensor& value) {
 }
 
 c10::Scalar _local_scalar_dense(const at::Tensor& self) {
-  synchronizeStream(getCurrentStream(self.device().index()));
+  const c10::Stream stream = getCurrentStream(self.device().index());
+  synchronizeStream(stream);
+  checkHostAccess(stream, {self}, {});
   return at::_local_scalar_dense(kernelView(self));
 }
 

@@ -20,6 +20,7 @@
 #include "../aten/Launch.h"
 #include "../runtime/OpenRegStream.h"
 #include "Config.h"
+#include "DeviceSynchronize.h"
 #include "Staging.h"
 #include "Releaser.h"
 #include "RoutedTransport.h"
@@ -152,6 +153,7 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
   sanitizerLane_ = orSanitizerLaneCreate(c10::str("oreg_ccl rank ", rank, " of a group of ", size));
   worker_ = std::thread([this] {
     c10::setThreadName("oreg_ccl_" + std::to_string(rank_));
+    t_workerOf = this;
     workerLoop();
   });
 }
@@ -160,6 +162,18 @@ OregBackend::~OregBackend() { shutdown(); }
 
 std::chrono::milliseconds OregBackend::timeoutOf(std::chrono::milliseconds requested) const {
   return requested == c10d::kUnsetTimeout ? options_->timeout : requested;
+}
+
+int OregBackend::sanitizerLaneOf(c10d::OpType type, int peer) {
+  const bool send = type == c10d::OpType::SEND;
+  if (!send && type != c10d::OpType::RECV && type != c10d::OpType::RECVANYSOURCE)
+    return sanitizerLane_;
+  auto [it, added] = sanitizerP2pLanes_.try_emplace(peer * 2 + send, -1);
+  if (added)
+    it->second = orSanitizerLaneCreate(c10::str("oreg_ccl rank ", getRank(), "'s ",
+                                                send ? "sends to rank " : "receives from rank ",
+                                                peer < 0 ? std::string("any") : std::to_string(peer)));
+  return it->second;
 }
 
 c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::string& name,
@@ -204,6 +218,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost,
                                             !post && !coalescing_ ? futureStreams_ : nullptr);
   op.work = work->attachWorker(/*releasable=*/!post && !coalescing_);
+  work->setOwner(this);
   op.timeout = timeoutOf(call.timeout);
   if (post) {
     op.tag = 0;
@@ -226,8 +241,8 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
       // The operation reads its inputs and writes its outputs off the
       // stream, after what is queued on it now, until a wait joins it.
       orSanitizerPoint point;
-      if (orSanitizerLaneAccess(sanitizerLane_, op.stream, accessesOf(inputs, outputs), &point) ==
-          orErrorDataRace) {
+      if (orSanitizerLaneAccess(sanitizerLaneOf(type, call.peer), op.stream,
+                                accessesOf(inputs, outputs), &point) == orErrorDataRace) {
         transport_->cancel(c10::str("oreg_ccl: rank ", getRank(), ": ", op.what, ": ",
                                     orSanitizerLastReport()),
                            /*propagate=*/true);
@@ -284,6 +299,8 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
     queue_.push_back(std::move(op));
     queued_.fetch_add(1, std::memory_order_release);
   }
+  // Queued, so it will complete (run, fail or be failed by shutdown).
+  if (device >= 0) waitAtDeviceSynchronize(device, this, work->completion(), work->sanitizerPoint());
   cv_.notify_all();
   transport_->wakeup();
   if (coalescing_) coalesced_.push_back(work);
@@ -562,7 +579,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::sendImpl(std::vector<at::Tensor>& te
     return req;
   };
   return enqueue(c10d::OpType::SEND, "send", describe(t) + " to " + std::to_string(dstRank),
-                 {t}, {}, Call{c10d::kUnsetTimeout}, nullptr, post);
+                 {t}, {}, Call{c10d::kUnsetTimeout, true, dstRank}, nullptr, post);
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensors, int srcRank,
@@ -596,7 +613,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recvImpl(std::vector<at::Tensor>& te
     return req;
   };
   return enqueue(srcRank == kAnySource ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, "recv",
-                 describe(t), {}, {t}, Call{timeout}, nullptr, post);
+                 describe(t), {}, {t}, Call{timeout, true, srcRank}, nullptr, post);
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::recvAnysource(std::vector<at::Tensor>& tensors,
@@ -682,6 +699,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::endCoalescing() {
   TORCH_CHECK(coalescing_, "oreg_ccl: endCoalescing called without startCoalescing");
   coalescing_ = false;
   auto work = OregWork::combine(getRank(), coalesced_);
+  work->setOwner(this);
   coalesced_.clear();
   return work;
 }

@@ -38,6 +38,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <thread>
 
 #include "../runtime/driver/Driver.h"
@@ -178,6 +179,8 @@ class OregBackend final : public c10d::Backend {
     // False for Python's async_op=False: the caller waits at once, so an idle
     // group may run a host-tensor collective on the caller's thread (runInline).
     bool asyncOp = true;
+    // A send's or receive's peer (kAnySource: any): the race checker's lane.
+    int peer = -1;
   };
   template <class Options>
   static Call callOf(const Options& opts) {
@@ -256,8 +259,12 @@ class OregBackend final : public c10d::Backend {
   // What on the callers' streams needs no marker kernel (see StreamOrder.h).
   std::shared_ptr<StreamOrder> streamOrder_ = std::make_shared<StreamOrder>();
   std::shared_ptr<FutureStreams> futureStreams_ = std::make_shared<FutureStreams>();
-  // The race checker's lane for this group's operations (NCCL's stream).
+  // The race checker's lanes: the group's collectives run in issue order
+  // (NCCL's stream); sends and receives only in order per peer and direction,
+  // concurrently with the rest (created when first used; key: peer * 2 + is_send).
   int sanitizerLane_ = -1;
+  std::map<int, int> sanitizerP2pLanes_;  // GUARDED_BY issueMutex_
+  int sanitizerLaneOf(c10d::OpType type, int peer);
   std::mutex issueMutex_;  // held from a device operation's tag to its push (enqueue)
   std::atomic<uint64_t> streamMarkers_{0}, streamMarkersSkipped_{0};
   uint64_t splitsBuilt_ = 0;

@@ -12,6 +12,8 @@
 
 namespace openreg::ccl {
 
+thread_local const void* t_workerOf = nullptr;
+
 OregWork::OregWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, int device,
                    bool blockHost, std::shared_ptr<FutureStreams> futureStreams)
     : Work(rank, type),
@@ -38,6 +40,8 @@ int OregWork::sourceRank() const {
 std::vector<at::Tensor> OregWork::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> OregWork::getFuture() {
+  if (!futureRequested_.exchange(true) && !futureStreams_ && isCompleted())
+    orSanitizerHostJoin(sanitizerPoint_);
   if (auto ref = workerRef_.lock()) ref->pin(c10::intrusive_ptr<OregWork>::reclaim_copy(this));
   if (futureStreams_) std::call_once(deviceFutureOnce_, [this] { future_ = makeDeviceFuture(); });
   return future_;
@@ -139,6 +143,9 @@ void OregWork::complete(std::exception_ptr error) {
   cv_.notify_all();
   for (auto& cb : callbacks) cb(error);
   if (futureStreams_) return;  // a device future completes in getFuture()
+  // Whoever waits for the future sees the outputs final: for the race checker,
+  // the host saw the operation end (here already, the host clock being one).
+  if (futureRequested_.load()) orSanitizerHostJoin(sanitizerPoint_);
   // A host future's callbacks run here, on the worker thread.
   if (error)
     future_->setError(error);
@@ -199,6 +206,14 @@ bool OregWork::waitHost(std::chrono::milliseconds timeout) {
   for (int i = 0; i < 200 && !completion_->polled.load(std::memory_order_acquire); ++i)
     std::this_thread::yield();
   std::unique_lock<std::mutex> lock(mutex_);
+  // A callback the worker runs (a send's, a receive's or a coalesced group's
+  // future) that waits for an operation the same worker has yet to run.
+  if (!completed_ && owner_ && t_workerOf == owner_)
+    OREG_CCL_THROW("oreg_ccl: rank ", rank_, ": ", c10d::opTypeToString(opType_),
+                   " was waited for inside a callback that the process group's worker thread runs "
+                   "(a future's callback of a send, receive or coalesced group), and that thread "
+                   "runs the operation only once the callback returns: wait for it outside the "
+                   "callback, or chain it with Future.then()");
   if (timeout == ::kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
@@ -208,6 +223,12 @@ bool OregWork::waitHost(std::chrono::milliseconds timeout) {
   if (exception_) std::rethrow_exception(exception_);
   orSanitizerHostJoin(sanitizerPoint_);
   return true;
+}
+
+bool OregWork::isCompleted() {
+  const bool done = c10d::Work::isCompleted();
+  if (done) orSanitizerHostJoin(sanitizerPoint_);
+  return done;
 }
 
 void OregWork::blockStream() {

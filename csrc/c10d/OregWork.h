@@ -20,6 +20,7 @@
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -29,8 +30,23 @@
 
 namespace openreg::ccl {
 
+// The process group whose worker thread this is (null on other threads):
+// a host wait there for the group's own pending operation could never end.
+extern thread_local const void* t_workerOf;
+
 class OregWork : public c10d::Work {
  public:
+  // Set once when the operation ends (shared with the kernels that wait for it).
+  struct Completion {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;             // GUARDED_BY(mutex)
+    std::atomic<bool> polled{false};  // == done, for lock-free polling
+    std::exception_ptr error;      // GUARDED_BY(mutex)
+    void wait();
+    void set(std::exception_ptr e);
+  };
+
   // `device` is the openreg device index, or -1 for host (CPU) semantics.
   // `futureStreams`: set for a single collective on openreg tensors, whose
   // future is a device future recorded there.
@@ -59,11 +75,18 @@ class OregWork : public c10d::Work {
   // wait()/synchronize() queued the stream hold (from then on stream order
   // protects their memory, as NCCL's stash does) or until this work dies.
   void stash(std::vector<at::Tensor> tensors);
+  // The process group that runs this operation (see t_workerOf).
+  void setOwner(const void* group) { owner_ = group; }
   // Issue side, for a collective on openreg tensors: a wait() queued right
   // behind work the group's StreamOrder covers is covered too.
   void extendsStreamOrder(std::shared_ptr<StreamOrder> order) { streamOrder_ = std::move(order); }
+  // True once complete; then, as NCCL's, its outputs may be used on any
+  // stream without a wait (the race checker hears of it).
+  bool isCompleted() override;
   // The race checker's point for this operation, which every wait joins.
   void setSanitizerPoint(orSanitizerPoint point) { sanitizerPoint_ = std::move(point); }
+  const orSanitizerPoint& sanitizerPoint() const { return sanitizerPoint_; }
+  const std::shared_ptr<Completion>& completion() const { return completion_; }
   // Runs `fn(error)` once this work completes (at once if it already has).
   void whenDone(std::function<void(std::exception_ptr)> fn);
   // Blocks the calling thread until completion; never throws.
@@ -76,16 +99,6 @@ class OregWork : public c10d::Work {
  private:
   // What a stream kernel waiting for this work holds: never the work itself,
   // whose last reference (and its tensors) must not die on a stream thread.
-  struct Completion {
-    std::mutex mutex;
-    std::condition_variable cv;
-    bool done = false;             // GUARDED_BY(mutex)
-    std::atomic<bool> polled{false};  // == done, for lock-free polling
-    std::exception_ptr error;      // GUARDED_BY(mutex)
-    void wait();
-    void set(std::exception_ptr e);
-  };
-
   struct Stash {
     std::mutex mutex;
     std::vector<at::Tensor> tensors;  // GUARDED_BY(mutex)
@@ -107,6 +120,8 @@ class OregWork : public c10d::Work {
   std::weak_ptr<WorkerRef> workerRef_;  // set when releasable
   std::shared_ptr<StreamOrder> streamOrder_;  // set by extendsStreamOrder
   orSanitizerPoint sanitizerPoint_;  // null unless the race checker is on
+  const void* owner_ = nullptr;
+  std::atomic<bool> futureRequested_{false};  // getFuture() was called
   const int device_;
   const bool blockHost_;
   std::atomic<int> sourceRank_{-1};

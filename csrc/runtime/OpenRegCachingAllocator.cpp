@@ -197,12 +197,15 @@ class DeviceCache {
     for (auto it = pending_.begin(); it != pending_.end();) {
       bool done = true;
       // A failed stream's event counts as done (it runs nothing more).
-      for (orEvent e : it->events) done = done && orEventQuery(e) != orErrorNotReady;
+      for (orEvent e : it->events) done = done && orEventQueryNoSync(e) != orErrorNotReady;
       if (!done) {
         ++it;
         continue;
       }
-      for (orEvent e : it->events) orEventDestroy(e);
+      for (orEvent e : it->events) {
+        orSanitizerRetire(it->block->ptr, it->block->size, e);
+        orEventDestroy(e);
+      }
       release(it->block);
       it = pending_.erase(it);
     }

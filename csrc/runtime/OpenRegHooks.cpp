@@ -67,7 +67,11 @@ struct OpenRegHooks final : public at::PrivateUse1HooksInterface {
       void* dst = orKernelPtr(fresh.get());
       void* src = orKernelPtr(impl->data());
       // The old block is freed right after; stream order makes that safe.
-      OPENREG_CHECK(orLaunchKernel(rawStream(stream), [dst, src, keep] { std::memcpy(dst, src, keep); }));
+      std::vector<orAccess> accesses;
+      if (orSanitizerEnabled())
+        accesses = {{impl->data(), keep, /*write=*/false}, {fresh.get(), keep, /*write=*/true}};
+      OPENREG_CHECK(orLaunchKernel(rawStream(stream), [dst, src, keep] { std::memcpy(dst, src, keep); },
+                                   std::move(accesses)));
     }
     impl->set_data_ptr_noswap(std::move(fresh));
     impl->set_nbytes(new_bytes);

@@ -33,7 +33,7 @@ class OpenRegHostAllocator final : public at::HostAllocator {
     // A long-lived buffer reused for copy after copy keeps only pending uses.
     auto& events = uses_[ptr];
     std::erase_if(events, [](orEvent e) {
-      if (orEventQuery(e) == orErrorNotReady) return false;  // a failed stream runs no more
+      if (orEventQueryNoSync(e) == orErrorNotReady) return false;  // a failed stream runs no more
       orEventDestroy(e);
       return true;
     });
@@ -70,7 +70,7 @@ class OpenRegHostAllocator final : public at::HostAllocator {
       for (auto it = deferred_.begin(); it != deferred_.end();) {
         auto& events = uses_[*it];
         bool done = true;
-        for (orEvent e : events) done = done && orEventQuery(e) != orErrorNotReady;
+        for (orEvent e : events) done = done && orEventQueryNoSync(e) != orErrorNotReady;
         if (!done) {
           ++it;
           continue;

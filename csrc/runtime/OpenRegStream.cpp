@@ -162,8 +162,25 @@ void synchronizeComputeStreams(c10::DeviceIndex device, bool raisesKernelErrors)
   }
 }
 
+namespace {
+std::mutex g_waiters_mutex;
+std::vector<std::function<void(c10::DeviceIndex)>> g_waiters;  // GUARDED_BY g_waiters_mutex
+}  // namespace
+
+void addDeviceSynchronizeWaiter(std::function<void(c10::DeviceIndex)> waiter) {
+  std::lock_guard<std::mutex> lock(g_waiters_mutex);
+  g_waiters.push_back(std::move(waiter));
+}
+
 void synchronizeDevice(c10::DeviceIndex device) {
   device = resolve_device(device);
+  std::vector<std::function<void(c10::DeviceIndex)>> waiters;
+  {
+    std::lock_guard<std::mutex> lock(g_waiters_mutex);
+    waiters = g_waiters;
+  }
+  // Before the streams: a stream may hold for such work (a Work.wait()).
+  for (const auto& waiter : waiters) waiter(device);
   orError error = orDeviceSynchronize(device);
   if (error != orSuccess)
     checkKernelError(error, "openreg:" + std::to_string(device), orDeviceLastException(device));

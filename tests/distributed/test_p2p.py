@@ -163,3 +163,32 @@ def bad_op_in_batch(rank, n):
 
 def test_invalid_op_in_a_batch_raises_at_wait(tmp_path):
     spawn(bad_op_in_batch, 2, tmp_path, timeout=60, pg_timeout=15)
+
+
+def collective_waited_in_p2p_callback(rank, n):
+    # A send's or receive's future callback runs on the worker thread that
+    # completes it (the caller's, for a send posted inline); one that waits
+    # there for a collective the same worker has yet to run raises at once
+    # instead of hanging, and the collective still runs after the callback.
+    t = torch.ones(4)
+    work = dist.isend(t, 1) if rank == 0 else dist.irecv(t, 0)
+    results = []
+
+    def callback(fut):
+        x = torch.ones(2)
+        dist.all_reduce(x)
+        results.append(x)
+        return x
+
+    chained = work.get_future().then(callback)
+    try:
+        chained.wait()
+    except RuntimeError as e:
+        assert "waited for inside a callback that the process group's worker thread runs" in str(e), e
+    if results:
+        assert torch.equal(results[0], torch.full((2,), 2.0))
+    dist.barrier()  # both ranks' all_reduce ran: the group is in step
+
+
+def test_waiting_for_a_collective_in_a_p2p_callback_does_not_hang(tmp_path):
+    spawn(collective_waited_in_p2p_callback, 2, tmp_path, timeout=60, pg_timeout=10)

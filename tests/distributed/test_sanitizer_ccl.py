@@ -132,3 +132,44 @@ def powersgd_several_buckets(rank, n):
 
 def test_reports_the_use_after_free_in_torchs_powersgd_hook(tmp_path):
     spawn(powersgd_several_buckets, 2, tmp_path)
+
+
+def is_completed_orders(rank, n):
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    torch.openreg.sanitizer.enable()
+    # As NCCL's: once is_completed() is True the output may be used as is.
+    x = torch.ones(16, device=dev)
+    work = dist.all_reduce(x, async_op=True)
+    while not work.is_completed():
+        pass
+    assert work.is_success() and x.sum().item() == 16 * n, x.cpu()
+
+
+def test_is_completed_orders_like_a_wait(tmp_path):
+    spawn(is_completed_orders, 2, tmp_path)
+
+
+def p2p_of_one_buffer(rank, n):
+    # A test of its own: the race fails the group, and with it any collective
+    # a peer still has in flight.
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    torch.openreg.sanitizer.enable()
+    # A receive and a send of one buffer run concurrently: a race.
+    buf = torch.full((1 << 12,), float(rank), device=dev)
+    peer = 1 - rank
+    try:
+        # Inside batch_isend_irecv's coalescing block the error fails the
+        # group and surfaces at wait(), as oreg_ccl's other errors there.
+        for w in dist.batch_isend_irecv([dist.P2POp(dist.irecv, buf, peer),
+                                         dist.P2POp(dist.isend, buf, peer)]):
+            w.wait()
+    except RuntimeError as e:
+        assert "data race" in str(e) and "sends to rank" in str(e), e
+    else:
+        raise AssertionError("a send reading the buffer a receive writes was not reported")
+
+
+def test_sends_and_receives_of_one_buffer_race(tmp_path):
+    spawn(p2p_of_one_buffer, 2, tmp_path, pg_timeout=10)

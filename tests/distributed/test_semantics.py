@@ -403,3 +403,21 @@ def alltoall_in_place(rank, n, device_type):
 @pytest.mark.parametrize("device_type", ["openreg", "cpu"])
 def test_all_to_all_single_in_place(tmp_path, device_type):
     spawn(alltoall_in_place, 3, tmp_path, device_type)
+
+
+def device_synchronize_waits_for_collectives(rank, n):
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    torch.openreg.sanitizer.enable()  # and the race checker takes it as a wait
+    x = torch.ones(1000, device=dev)
+    if rank == 1:
+        time.sleep(0.5)  # rank 0's collective waits for this rank
+    work = dist.all_reduce(x, async_op=True)
+    # As cudaDeviceSynchronize waits for NCCL's kernels: no wait() needed.
+    torch.openreg.synchronize()
+    assert work.is_completed()
+    assert torch.equal(x.cpu(), torch.full((1000,), float(n)))
+
+
+def test_device_synchronize_waits_for_collectives(tmp_path):
+    spawn(device_synchronize_waits_for_collectives, 2, tmp_path)

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -184,3 +185,62 @@ def test_enabled_context_restores_the_setting():
     with torch.openreg.sanitizer.enabled():
         assert torch.openreg.sanitizer.is_enabled()
     assert not torch.openreg.sanitizer.is_enabled()
+
+
+def written_on_side_stream(n=1000):
+    x = torch.zeros(n, device=DEV)
+    s = side_stream()
+    s.wait_stream(torch.openreg.current_stream())
+    with torch.openreg.stream(s):
+        x.fill_(1)
+    return x, s
+
+
+@pytest.mark.parametrize("host_read", [lambda x: x.cpu(), lambda x: x[0].item(), lambda x: x.tolist(),
+                                       lambda x: torch.unique(x), lambda x: torch.nonzero(x)],
+                         ids=["cpu", "item", "tolist", "unique (synchronous fallback)", "nonzero"])
+def test_host_reads_in_stream_order_are_checked(sanitizer, host_read):
+    # The host waits for the current stream only, then reads: s's fill may
+    # still be pending.
+    x, s = written_on_side_stream()
+    with pytest.raises(RuntimeError, match="data race"):
+        host_read(x)
+    torch.openreg.current_stream().wait_stream(s)
+    assert host_read(x) is not None
+
+
+def test_host_write_over_memory_another_stream_reads_is_checked(sanitizer):
+    y = torch.ones(1000, device=DEV)
+    s = side_stream()
+    s.wait_stream(torch.openreg.current_stream())
+    with torch.openreg.stream(s):
+        y.sum()
+    with pytest.raises(RuntimeError, match="writes 4000 bytes"):
+        y.copy_(torch.zeros(1000))  # pageable: the host copies in the current stream's order
+
+
+def test_allocator_polling_does_not_order_streams(sanitizer):
+    # The allocator's own event queries (for record_stream) are not the
+    # program's synchronisation: the race is reported however fast s ran.
+    s = side_stream()
+    x = torch.zeros(1000, device=DEV)
+    z = torch.ones(1000, device=DEV)
+    s.wait_stream(torch.openreg.current_stream())
+    with torch.openreg.stream(s):
+        x.fill_(1)
+        z.sum()
+    z.record_stream(s)
+    del z
+    time.sleep(0.2)  # s has run by now
+    torch.empty(10, device=DEV)  # the allocator polls z's event and finds it done
+    with pytest.raises(RuntimeError, match="data race"):
+        x.sum()
+
+
+def test_storage_resize_copy_is_checked(sanitizer):
+    x = torch.ones(1000, device=DEV)
+    x.resize_(100_000)  # copies the old bytes into a new block on the current stream
+    s = side_stream()
+    with pytest.raises(RuntimeError, match="data race"):
+        with torch.openreg.stream(s):
+            x[:1000].sum()

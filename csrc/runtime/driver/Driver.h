@@ -139,6 +139,9 @@ orError orEventQuery(orEvent event);
 // The stream the event was last recorded on (nullptr if never recorded).
 orStream orEventStream(orEvent event);
 orError orEventSynchronize(orEvent event);
+// orEventQuery for an allocator's polling: the race checker does not take it
+// for the program synchronising with the event's stream.
+orError orEventQueryNoSync(orEvent event);
 // Milliseconds between two recorded, completed, timing-enabled events.
 orError orEventElapsedTime(float* ms, orEvent start, orEvent end);
 
@@ -159,6 +162,13 @@ bool orSanitizerEnabled();
 std::string orSanitizerLastReport();
 // How the checker names `stream` in its reports (e.g. torch's "stream 1 on device openreg:0").
 void orSanitizerSetLabel(orStream stream, const std::string& label);
+// The host touches `accesses` in `stream`'s order (it waited for the stream
+// and the stream's later work comes after): checked as a kernel on it would be.
+orError orSanitizerStreamAccess(orStream stream, const std::vector<orAccess>& accesses);
+// An allocator hands [begin, begin + bytes) out again because `event`, recorded
+// on a stream that used it (record_stream), completed: the accesses before
+// that event are retired, so the next user is not reported against them.
+void orSanitizerRetire(const void* begin, size_t bytes, orEvent event);
 
 // Work that runs off the streams but is ordered with them, such as oreg_ccl's
 // collectives (NCCL runs them on a stream of its own): a lane is such an

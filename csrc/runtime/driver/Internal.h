@@ -29,6 +29,7 @@ orSanitizerPoint sanitizerSnapshot(int lane);
 void sanitizerJoin(int lane, const orSanitizerPoint& point);
 // Memory given back to the driver: its history goes.
 void sanitizerForget(const void* begin, size_t bytes);
+orSanitizerPoint eventPoint(orEvent event);  // Stream.cpp: the clock of its last record
 
 }  // namespace openreg::detail
 

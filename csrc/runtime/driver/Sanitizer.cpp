@@ -112,6 +112,18 @@ class Checker {
     merge(host_, ticks);
   }
 
+  void retire(uintptr_t begin, uintptr_t end, const Ticks& before) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = firstOverlapping(begin); it != memory_.end() && it->first < end; ++it) {
+      Segment& s = it->second;
+      if (ordered(/*lane=*/-1, before, s.write)) s.write = Tick{};
+      auto& reads = s.reads;
+      reads.erase(std::remove_if(reads.begin(), reads.end(),
+                                 [&](const Tick& r) { return ordered(-1, before, r); }),
+                  reads.end());
+    }
+  }
+
   void forget(uintptr_t begin, uintptr_t end) {
     std::lock_guard<std::mutex> lock(mutex_);
     splitAt(begin);
@@ -268,6 +280,20 @@ std::string orSanitizerLastReport() { return t_last_report; }
 
 void orSanitizerSetLabel(orStream stream, const std::string& label) {
   if (stream) checker().setLabel(detail::streamLane(stream), label);
+}
+
+orError orSanitizerStreamAccess(orStream stream, const std::vector<orAccess>& accesses) {
+  if (!stream) return orErrorInvalidValue;
+  if (!detail::sanitizerOn()) return orSuccess;
+  return detail::sanitizerLaunch(detail::streamLane(stream), accesses) ? orSuccess : orErrorDataRace;
+}
+
+void orSanitizerRetire(const void* begin, size_t bytes, orEvent event) {
+  if (!detail::sanitizerOn()) return;
+  if (auto point = detail::eventPoint(event)) {
+    const auto b = reinterpret_cast<uintptr_t>(begin);
+    checker().retire(b, b + bytes, point->ticks);
+  }
 }
 
 int orSanitizerLaneCreate(const std::string& label) { return checker().newLane(label, false); }

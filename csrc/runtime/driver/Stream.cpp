@@ -342,16 +342,39 @@ orError orStreamWaitEvent(orStream stream, orEvent event) {
   });
 }
 
-orError orEventQuery(orEvent event) {
+namespace {
+// `seen`: the record the answer is about (null if never recorded).
+orError queryEvent(orEvent event, std::shared_ptr<Record>* seen) {
   OR_RETURN_IF_FORKED();
   if (!event) return orErrorInvalidValue;
-  auto record = event->current();
+  *seen = event->current();
+  const Record* record = seen->get();
   if (!record) return orSuccess;
   if (record->stream->completed.load(std::memory_order_acquire) < record->seq)
     return orErrorNotReady;
-  orSanitizerHostJoin(record->clock);
   return record->stream->failed.load() ? orErrorLaunchFailure : orSuccess;
 }
+}  // namespace
+
+orError orEventQuery(orEvent event) {
+  std::shared_ptr<Record> record;
+  const orError status = queryEvent(event, &record);
+  if (record && (status == orSuccess || status == orErrorLaunchFailure))
+    orSanitizerHostJoin(record->clock);
+  return status;
+}
+
+orError orEventQueryNoSync(orEvent event) {
+  std::shared_ptr<Record> record;
+  return queryEvent(event, &record);
+}
+
+namespace detail {
+orSanitizerPoint eventPoint(orEvent event) {
+  auto record = event ? event->current() : nullptr;
+  return record ? record->clock : nullptr;
+}
+}  // namespace detail
 
 orStream orEventStream(orEvent event) {
   auto record = event ? event->current() : nullptr;
