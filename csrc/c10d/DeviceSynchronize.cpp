@@ -10,7 +10,6 @@ namespace openreg::ccl {
 namespace {
 
 struct Pending {
-  const void* group;
   std::shared_ptr<OregWork::Completion> completion;
   orSanitizerPoint point;
 };
@@ -19,6 +18,11 @@ std::mutex g_mutex;
 std::vector<std::vector<Pending>> g_pending;  // GUARDED_BY g_mutex; per device
 
 void waitForPending(c10::DeviceIndex device) {
+  // On a thread that runs a group's operations (a future's callback), any
+  // pending operation may be queued behind this very callback, directly or
+  // through another group whose start depends on this one: waiting could
+  // deadlock, so only the streams are waited for there.
+  if (t_workerOf) return;
   std::vector<Pending> pending;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -26,7 +30,6 @@ void waitForPending(c10::DeviceIndex device) {
     pending = g_pending[device];
   }
   for (const Pending& p : pending) {
-    if (p.group == t_workerOf) continue;  // would wait for itself
     p.completion->wait();
     orSanitizerHostJoin(p.point);
   }
@@ -34,8 +37,7 @@ void waitForPending(c10::DeviceIndex device) {
 
 }  // namespace
 
-void waitAtDeviceSynchronize(int device, const void* group,
-                             std::shared_ptr<OregWork::Completion> completion,
+void waitAtDeviceSynchronize(int device, std::shared_ptr<OregWork::Completion> completion,
                              orSanitizerPoint point) {
   static std::once_flag registered;
   std::call_once(registered, [] { addDeviceSynchronizeWaiter(waitForPending); });
@@ -48,7 +50,7 @@ void waitAtDeviceSynchronize(int device, const void* group,
                               return p.completion->polled.load(std::memory_order_acquire);
                             }),
              list.end());
-  list.push_back({group, std::move(completion), std::move(point)});
+  list.push_back({std::move(completion), std::move(point)});
 }
 
 }  // namespace openreg::ccl

@@ -300,7 +300,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
     queued_.fetch_add(1, std::memory_order_release);
   }
   // Queued, so it will complete (run, fail or be failed by shutdown).
-  if (device >= 0) waitAtDeviceSynchronize(device, this, work->completion(), work->sanitizerPoint());
+  if (device >= 0) waitAtDeviceSynchronize(device, work->completion(), work->sanitizerPoint());
   cv_.notify_all();
   transport_->wakeup();
   if (coalescing_) coalesced_.push_back(work);
@@ -344,7 +344,12 @@ bool OregBackend::runInline(Op& op) {
       return false;
     running_ = true;
   }
-  runOp(op);
+  {
+    // Meanwhile this thread is the group's runner, as its worker is.
+    auto restore = c10::make_scope_exit([outer = t_workerOf] { t_workerOf = outer; });
+    t_workerOf = this;
+    runOp(op);
+  }
   bool wakeWorker;
   {
     std::lock_guard<std::mutex> g(mutex_);

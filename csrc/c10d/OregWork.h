@@ -30,8 +30,9 @@
 
 namespace openreg::ccl {
 
-// The process group whose worker thread this is (null on other threads):
-// a host wait there for the group's own pending operation could never end.
+// The process group whose operations this thread runs: its worker, or a
+// caller running one inline (null on other threads). A host wait there for
+// the group's own pending operation could never end.
 extern thread_local const void* t_workerOf;
 
 class OregWork : public c10d::Work {

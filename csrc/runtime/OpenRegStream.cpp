@@ -180,7 +180,10 @@ void synchronizeDevice(c10::DeviceIndex device) {
     waiters = g_waiters;
   }
   // Before the streams: a stream may hold for such work (a Work.wait()).
-  for (const auto& waiter : waiters) waiter(device);
+  // Not in a forked child, which has no threads to finish it (the driver
+  // call below raises there).
+  if (!orIsForkedChild())
+    for (const auto& waiter : waiters) waiter(device);
   orError error = orDeviceSynchronize(device);
   if (error != orSuccess)
     checkKernelError(error, "openreg:" + std::to_string(device), orDeviceLastException(device));

@@ -421,3 +421,68 @@ def device_synchronize_waits_for_collectives(rank, n):
 
 def test_device_synchronize_waits_for_collectives(tmp_path):
     spawn(device_synchronize_waits_for_collectives, 2, tmp_path)
+
+
+def synchronize_in_worker_callbacks(rank, n):
+    # Callbacks of host-tensor futures run on the groups' workers; a device
+    # synchronisation there must not wait for operations queued behind them
+    # (here each group's device collective waits for the other group's
+    # callback): it waits for the streams only.
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    other = dist.new_group([0, 1])
+    if rank == 1:
+        time.sleep(1.0)
+
+    def callback(fut):
+        torch.openreg.synchronize()
+        return fut.value()
+
+    chained = [dist.all_reduce(torch.ones(4), group=g, async_op=True).get_future().then(callback)
+               for g in (dist.group.WORLD, other)]
+    x, y = torch.ones(4, device=dev), torch.ones(4, device=dev)
+    works = [dist.all_reduce(x, async_op=True), dist.all_reduce(y, group=other, async_op=True)]
+    for f in chained:
+        assert torch.equal(f.wait()[0], torch.full((4,), float(n)))
+    for w in works:
+        w.wait()
+    assert torch.equal(x.cpu(), torch.full((4,), float(n))) and torch.equal(y.cpu(), x.cpu())
+
+
+def test_device_synchronize_in_worker_callbacks_does_not_deadlock(tmp_path):
+    spawn(synchronize_in_worker_callbacks, 2, tmp_path, timeout=60, pg_timeout=20)
+
+
+def synchronize_in_forked_child(rank, n):
+    import os
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    if rank == 1:
+        time.sleep(3.0)
+    x = torch.ones(4, device=dev)
+    work = dist.all_reduce(x, async_op=True)  # rank 0: pending at the fork
+    if rank == 0:
+        pid = os.fork()
+        if pid == 0:  # no worker here to finish it: raise, as CUDA's forked child does
+            try:
+                torch.accelerator.synchronize()
+            except RuntimeError as e:
+                os._exit(0 if "forked subprocess" in str(e) else 2)
+            os._exit(1)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("device synchronisation in a forked child hung")
+        assert os.waitstatus_to_exitcode(status) == 0, status
+    work.wait()
+    assert torch.equal(x.cpu(), torch.full((4,), float(n)))
+
+
+def test_device_synchronize_in_a_forked_child_raises(tmp_path):
+    spawn(synchronize_in_forked_child, 2, tmp_path, timeout=60, pg_timeout=30)
