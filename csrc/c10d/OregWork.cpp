@@ -27,9 +27,25 @@ OregWork::OregWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
     future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
 }
 
+void OregWork::throwIfOwnRunnerWaits() const {
+  // A callback the group's runner runs (a send's, a receive's or a coalesced
+  // group's future) that waits for an operation the same thread has yet to run.
+  if (!owner_ || t_workerOf != owner_) return;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (completed_) return;
+  }
+  OREG_CCL_THROW("oreg_ccl: rank ", rank_, ": ", c10d::opTypeToString(opType_),
+                 " was waited for inside a callback that the process group's worker thread runs "
+                 "(a future's callback of a send, receive or coalesced group), and that thread "
+                 "runs the operation only once the callback returns: wait for it outside the "
+                 "callback, or chain it with Future.then()");
+}
+
 int OregWork::sourceRank() const {
   // The sender is only known once the message arrived: for openreg tensors,
   // whose wait() does not block the host, this is where the host waits.
+  throwIfOwnRunnerWaits();
   const_cast<OregWork*>(this)->waitDone();
   if (auto e = exception()) std::rethrow_exception(e);
   int r = sourceRank_.load();
@@ -205,15 +221,8 @@ bool OregWork::waitHost(std::chrono::milliseconds timeout) {
   // sleeping on the condition variable (a wake-up costs about as much).
   for (int i = 0; i < 200 && !completion_->polled.load(std::memory_order_acquire); ++i)
     std::this_thread::yield();
+  throwIfOwnRunnerWaits();
   std::unique_lock<std::mutex> lock(mutex_);
-  // A callback the worker runs (a send's, a receive's or a coalesced group's
-  // future) that waits for an operation the same worker has yet to run.
-  if (!completed_ && owner_ && t_workerOf == owner_)
-    OREG_CCL_THROW("oreg_ccl: rank ", rank_, ": ", c10d::opTypeToString(opType_),
-                   " was waited for inside a callback that the process group's worker thread runs "
-                   "(a future's callback of a send, receive or coalesced group), and that thread "
-                   "runs the operation only once the callback returns: wait for it outside the "
-                   "callback, or chain it with Future.then()");
   if (timeout == ::kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {

@@ -114,6 +114,8 @@ class OregWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> makeDeviceFuture();
   void releaseFromWorker();  // after wait() queued the stream hold
   bool waitHost(std::chrono::milliseconds timeout);
+  // Raises if this thread runs the group's operations and this one is not done.
+  void throwIfOwnRunnerWaits() const;
 
   std::shared_ptr<Completion> completion_ = std::make_shared<Completion>();
   std::vector<at::Tensor> outputs_;
