@@ -8,6 +8,7 @@
 #include "../runtime/OpenRegCachingAllocator.h"
 #include "../runtime/OpenRegException.h"
 #include "../runtime/OpenRegStream.h"
+#include "LaunchingOp.h"
 
 namespace openreg {
 
@@ -63,6 +64,8 @@ at::Tensor allocateOutput(at::IntArrayRef sizes, at::IntArrayRef strides,
 
 std::vector<orAccess> accessesOf(const std::vector<at::Tensor>& reads,
                                  const std::vector<at::Tensor>& writes) {
+  trackLaunchingOps();
+  const char* what = launchingOpName();
   std::vector<orAccess> accesses;
   accesses.reserve(reads.size() + writes.size());
   for (const auto* list : {&reads, &writes}) {
@@ -73,7 +76,7 @@ std::vector<orAccess> accessesOf(const std::vector<at::Tensor>& reads,
           static_cast<const char*>(t.storage().data()) + t.storage_offset() * t.itemsize();
       accesses.push_back(
           {begin, at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize()),
-           /*write=*/list == &writes});
+           /*write=*/list == &writes, what});
     }
   }
   return accesses;

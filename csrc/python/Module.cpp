@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "../aten/LaunchingOp.h"
 #include "../aten/FallbackStats.h"
 #include "../aten/Launch.h"
 #include "../runtime/OpenRegCachingAllocator.h"
@@ -122,7 +123,11 @@ PYBIND11_MODULE(_C, m) {
     auto* b = reinterpret_cast<THPEvent*>(end.ptr());
     return a->event.elapsedTime(b->event);
   });
-  m.def("_sanitizer_enable", [](bool on) { orSanitizerEnable(on); });
+  m.def("_sanitizer_enable", [](bool on) {
+    if (on) trackLaunchingOps();  // names in reports from the first launch on
+    orSanitizerEnable(on);
+  });
+  if (orSanitizerEnabled()) trackLaunchingOps();  // OPENREG_SANITIZER=1
   m.def("_sanitizer_enabled", [] { return orSanitizerEnabled(); });
   m.def("_empty_cache", [] { getCachingAllocator()->emptyCache(); });
   m.def("_default_generator", [](int d) {

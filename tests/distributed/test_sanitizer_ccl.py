@@ -17,7 +17,7 @@ def use_before_wait(rank, n):
     try:
         x * 2  # the collective may still be writing x
     except RuntimeError as e:
-        assert "reads 4000 bytes" in str(e) and "an operation of oreg_ccl rank" in str(e), e
+        assert "reads 4000 bytes" in str(e) and "an operation (c10d::allreduce_) of oreg_ccl rank" in str(e), e
     else:
         raise AssertionError("reading a collective's output before wait() was not reported")
     work.wait()

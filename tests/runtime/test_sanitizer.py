@@ -35,8 +35,8 @@ def test_read_of_another_streams_write_raises(sanitizer):
         with torch.openreg.stream(s):
             x * 2
     message = str(info.value)
-    assert f"a kernel on stream {s.stream_id} on device openreg:0 reads 4000 bytes" in message
-    assert "a kernel on stream 0 on device openreg:0 wrote" in message
+    assert f"a kernel (aten::mul) on stream {s.stream_id} on device openreg:0 reads 4000 bytes" in message
+    assert "a kernel (aten::fill_) on stream 0 on device openreg:0 wrote" in message
     # The racing launch was refused, not queued: the stream still works.
     s.wait_stream(torch.openreg.current_stream())
     with torch.openreg.stream(s):
@@ -51,7 +51,7 @@ def test_write_after_another_streams_read_raises(sanitizer):
     s.wait_stream(torch.openreg.current_stream())
     with torch.openreg.stream(s):
         x.sum()
-    with pytest.raises(RuntimeError, match=r"writes 4000 bytes .* that a kernel on stream \d+ on device openreg:0 read"):
+    with pytest.raises(RuntimeError, match=r"kernel \(aten::add_\) on stream 0 .* writes 4000 bytes .* that a kernel \(aten::sum\) on stream \d+ on device openreg:0 read"):
         x.add_(1)
 
 

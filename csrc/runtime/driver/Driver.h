@@ -105,6 +105,7 @@ struct orAccess {
   const void* begin;
   size_t bytes;
   bool write;
+  const char* what = nullptr;  // the operation's name for reports (a static string), or null
 };
 
 // Streams are created once and live as long as the process (like CUDA's pools).

@@ -37,6 +37,7 @@ using Ticks = std::vector<uint64_t>;
 struct Tick {
   int lane = -1;  // -1: none
   uint64_t tick = 0;
+  const char* what = nullptr;  // the access's operation, for reports
 };
 
 struct Segment {
@@ -84,12 +85,12 @@ class Checker {
     merge(clock, host_);
     if (after >= 0) merge(clock, lanes_[after].clock);
     if (clock.size() <= static_cast<size_t>(lane)) clock.resize(lane + 1, 0);
-    const Tick now{lane, clock[lane] + 1};
+    const uint64_t tick = clock[lane] + 1;
     for (const orAccess& a : accesses)
       if (a.bytes && !check(lane, clock, a)) return false;
-    clock[lane] = now.tick;
+    clock[lane] = tick;
     for (const orAccess& a : accesses)
-      if (a.bytes) record(a, now);
+      if (a.bytes) record(a, Tick{lane, tick, a.what});
     return true;
   }
 
@@ -160,13 +161,13 @@ class Checker {
       const Segment& s = it->second;
       const uintptr_t from = std::max(begin, it->first), to = std::min(end, s.end);
       if (!ordered(lane, clock, s.write)) {
-        report(lane, a.write ? "writes" : "reads", from, to, s.write.lane, "wrote");
+        report(lane, a.what, a.write ? "writes" : "reads", from, to, s.write, "wrote");
         return false;
       }
       if (!a.write) continue;
       for (const Tick& r : s.reads) {
         if (!ordered(lane, clock, r)) {
-          report(lane, "writes", from, to, r.lane, "read");
+          report(lane, a.what, "writes", from, to, r, "read");
           return false;
         }
       }
@@ -205,7 +206,7 @@ class Checker {
         auto same = std::find_if(reads.begin(), reads.end(),
                                  [&](const Tick& r) { return r.lane == now.lane; });
         if (same != reads.end())
-          same->tick = now.tick;
+          *same = now;
         else
           reads.push_back(now);
       }
@@ -214,18 +215,19 @@ class Checker {
     }
   }
 
-  std::string describe(int lane) const {
+  std::string describe(int lane, const char* what) const {
     const Lane& l = lanes_[lane];
-    return (l.stream ? "a kernel on " : "an operation of ") + l.label;
+    std::string of = what ? std::string(" (") + what + ")" : "";
+    return l.stream ? "a kernel" + of + " on " + l.label : "an operation" + of + " of " + l.label;
   }
 
-  void report(int lane, const char* does, uintptr_t from, uintptr_t to, int other,
-              const char* did) {
+  void report(int lane, const char* what, const char* does, uintptr_t from, uintptr_t to,
+              const Tick& other, const char* did) {
     std::ostringstream out;
     const int device = orPointerDevice(reinterpret_cast<const void*>(from));
-    out << "openreg sanitizer: data race: " << describe(lane) << " " << does << " " << (to - from)
+    out << "openreg sanitizer: data race: " << describe(lane, what) << " " << does << " " << (to - from)
         << " bytes of openreg:" << device << " memory at 0x" << std::hex << from << std::dec
-        << " that " << describe(other) << " " << did
+        << " that " << describe(other.lane, other.what) << " " << did
         << ", and nothing orders the two: neither a wait on the other's work "
            "(Stream.wait_stream, Stream.wait_event, Work.wait) nor a host synchronisation "
            "between them. If that memory belonged to a tensor freed while the other still "

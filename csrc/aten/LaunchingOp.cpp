@@ -1,0 +1,35 @@
+#include "LaunchingOp.h"
+
+#include <ATen/record_function.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace openreg {
+namespace {
+
+thread_local std::vector<const char*> t_ops;  // the dispatcher calls in progress
+
+std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
+  t_ops.push_back(fn.name());
+  return nullptr;
+}
+
+void leave(const at::RecordFunction& /*fn*/, at::ObserverContext* /*ctx*/) {
+  if (!t_ops.empty()) t_ops.pop_back();
+}
+
+}  // namespace
+
+void trackLaunchingOps() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    at::addGlobalCallback(
+        at::RecordFunctionCallback(enter, leave).scopes({at::RecordScope::FUNCTION}));
+  });
+}
+
+const char* launchingOpName() { return t_ops.empty() ? nullptr : t_ops.back(); }
+
+}  // namespace openreg
