@@ -64,8 +64,7 @@ at::Tensor allocateOutput(at::IntArrayRef sizes, at::IntArrayRef strides,
 
 std::vector<orAccess> accessesOf(const std::vector<at::Tensor>& reads,
                                  const std::vector<at::Tensor>& writes) {
-  trackLaunchingOps();
-  const char* what = launchingOpName();
+  const char* what = launchingOpName();  // tracked once the checker is on (Module.cpp)
   std::vector<orAccess> accesses;
   accesses.reserve(reads.size() + writes.size());
   for (const auto* list : {&reads, &writes}) {

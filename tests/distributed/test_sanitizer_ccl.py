@@ -8,10 +8,16 @@ import torch.distributed as dist
 from _harness import spawn
 
 
-def use_before_wait(rank, n):
+def checked_device(rank):
+    """This rank's openreg device, with the race checker on."""
     dev = torch.device("openreg", rank)
     torch.openreg.set_device(dev)
     torch.openreg.sanitizer.enable()
+    return dev
+
+
+def use_before_wait(rank, n):
+    dev = checked_device(rank)
     x = torch.ones(1000, device=dev)
     work = dist.all_reduce(x, async_op=True)
     try:
@@ -48,9 +54,7 @@ def test_using_a_collectives_tensor_before_wait_is_reported(tmp_path):
 
 
 def collective_on_unsynchronised_stream(rank, n):
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
-    torch.openreg.sanitizer.enable()
+    dev = checked_device(rank)
     x = torch.full((256,), float(rank), device=dev)  # written on the default stream
     side = torch.openreg.Stream()
     with torch.openreg.stream(side):
@@ -70,9 +74,7 @@ def training_steps(rank, n):
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
-    torch.openreg.sanitizer.enable()
+    dev = checked_device(rank)
     torch.manual_seed(0)
 
     def mlp():
@@ -107,9 +109,7 @@ def powersgd_several_buckets(rank, n):
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
-    torch.openreg.sanitizer.enable()
+    dev = checked_device(rank)
     torch.manual_seed(0)
     ddp = DDP(torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(6)]).to(dev),
               bucket_cap_mb=0.02)
@@ -135,9 +135,7 @@ def test_reports_the_use_after_free_in_torchs_powersgd_hook(tmp_path):
 
 
 def is_completed_orders(rank, n):
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
-    torch.openreg.sanitizer.enable()
+    dev = checked_device(rank)
     # As NCCL's: once is_completed() is True the output may be used as is.
     x = torch.ones(16, device=dev)
     work = dist.all_reduce(x, async_op=True)
@@ -153,9 +151,7 @@ def test_is_completed_orders_like_a_wait(tmp_path):
 def p2p_of_one_buffer(rank, n):
     # A test of its own: the race fails the group, and with it any collective
     # a peer still has in flight.
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
-    torch.openreg.sanitizer.enable()
+    dev = checked_device(rank)
     # A receive and a send of one buffer run concurrently: a race.
     buf = torch.full((1 << 12,), float(rank), device=dev)
     peer = 1 - rank

@@ -28,6 +28,14 @@ def side_stream():
     return torch.openreg.Stream(DEV)
 
 
+def on_side_stream(work):
+    """Runs `work()` on a new stream that waited for the current one: (stream, result)."""
+    s = side_stream()
+    s.wait_stream(torch.openreg.current_stream())
+    with torch.openreg.stream(s):
+        return s, work()
+
+
 def test_read_of_another_streams_write_raises(sanitizer):
     x = torch.ones(1000, device=DEV)  # written on the default stream
     s = side_stream()
@@ -47,10 +55,7 @@ def test_read_of_another_streams_write_raises(sanitizer):
 
 def test_write_after_another_streams_read_raises(sanitizer):
     x = torch.ones(1000, device=DEV)
-    s = side_stream()
-    s.wait_stream(torch.openreg.current_stream())
-    with torch.openreg.stream(s):
-        x.sum()
+    on_side_stream(x.sum)
     with pytest.raises(RuntimeError, match=r"kernel \(aten::add_\) on stream 0 .* writes 4000 bytes .* that a kernel \(aten::sum\) on stream \d+ on device openreg:0 read"):
         x.add_(1)
 
@@ -97,10 +102,7 @@ def test_every_kind_of_ordering_passes(sanitizer, order):
 
 def test_freed_memory_reused_without_record_stream_raises(sanitizer):
     x = torch.ones(4096, device=DEV)
-    s = side_stream()
-    s.wait_stream(torch.openreg.current_stream())
-    with torch.openreg.stream(s):
-        y = x + 1  # s still reads x when the host drops it
+    s, y = on_side_stream(lambda: x + 1)  # s still reads x when the host drops it
     del x
     # The allocator hands x's block back out on the default stream at once.
     with pytest.raises(RuntimeError, match=r"writes 16384 bytes .* stream \d+ on device openreg:0 read.*record_stream"):

@@ -18,15 +18,12 @@ int deviceOfInaccessibleAddress(const void* addr);
 
 void installFaultHandler();
 
-// The race checker (Sanitizer.cpp) as the streams and memory call it.
-bool sanitizerOn();
+// The race checker (Sanitizer.cpp) as the streams and memory call it, besides
+// its public functions; each is a no-op (null) while the checker is off.
 int sanitizerNewStreamLane(const std::string& label);
 int streamLane(orStream stream);  // Stream.cpp
-// Checks and records a launch's accesses; false (report kept) on a race.
-bool sanitizerLaunch(int lane, const std::vector<orAccess>& accesses);
-// The lane's clock now (an event recorded, or what a host wait will have seen).
-orSanitizerPoint sanitizerSnapshot(int lane);
-void sanitizerJoin(int lane, const orSanitizerPoint& point);
+// The stream's clock now (an event recorded, or what a host wait will have seen).
+orSanitizerPoint sanitizerSnapshot(orStream stream);
 // Memory given back to the driver: its history goes.
 void sanitizerForget(const void* begin, size_t bytes);
 orSanitizerPoint eventPoint(orEvent event);  // Stream.cpp: the clock of its last record

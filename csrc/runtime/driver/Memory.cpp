@@ -180,7 +180,7 @@ orError orFree(void* ptr) {
   }
   arena->free_ranges[offset] = size;
   releasePages(*arena, offset, size);
-  if (detail::sanitizerOn()) detail::sanitizerForget(arena->device_base + offset, size);
+  detail::sanitizerForget(arena->device_base + offset, size);
   return orSuccess;
 }
 

@@ -247,25 +247,20 @@ Checker& checker() {
   return *instance;
 }
 
+bool sanitizerOn() { return g_enabled.load(std::memory_order_relaxed); }
+
 }  // namespace
 
 namespace detail {
 
-bool sanitizerOn() { return g_enabled.load(std::memory_order_relaxed); }
-
 int sanitizerNewStreamLane(const std::string& label) { return checker().newLane(label, true); }
 
-bool sanitizerLaunch(int lane, const std::vector<orAccess>& accesses) {
-  return checker().access(lane, /*after=*/-1, accesses);
-}
-
-orSanitizerPoint sanitizerSnapshot(int lane) { return checker().snapshot(lane); }
-
-void sanitizerJoin(int lane, const orSanitizerPoint& point) {
-  if (point) checker().join(lane, point->ticks);
+orSanitizerPoint sanitizerSnapshot(orStream stream) {
+  return sanitizerOn() ? checker().snapshot(streamLane(stream)) : nullptr;
 }
 
 void sanitizerForget(const void* begin, size_t bytes) {
+  if (!sanitizerOn()) return;
   const auto b = reinterpret_cast<uintptr_t>(begin);
   checker().forget(b, b + bytes);
 }
@@ -276,7 +271,7 @@ void orSanitizerEnable(bool on) {
   if (g_enabled.exchange(on) != on) checker().forgetHistory();
 }
 
-bool orSanitizerEnabled() { return detail::sanitizerOn(); }
+bool orSanitizerEnabled() { return sanitizerOn(); }
 
 std::string orSanitizerLastReport() { return t_last_report; }
 
@@ -286,12 +281,13 @@ void orSanitizerSetLabel(orStream stream, const std::string& label) {
 
 orError orSanitizerStreamAccess(orStream stream, const std::vector<orAccess>& accesses) {
   if (!stream) return orErrorInvalidValue;
-  if (!detail::sanitizerOn()) return orSuccess;
-  return detail::sanitizerLaunch(detail::streamLane(stream), accesses) ? orSuccess : orErrorDataRace;
+  if (!sanitizerOn()) return orSuccess;
+  return checker().access(detail::streamLane(stream), /*after=*/-1, accesses) ? orSuccess
+                                                                             : orErrorDataRace;
 }
 
 void orSanitizerRetire(const void* begin, size_t bytes, orEvent event) {
-  if (!detail::sanitizerOn()) return;
+  if (!sanitizerOn()) return;
   if (auto point = detail::eventPoint(event)) {
     const auto b = reinterpret_cast<uintptr_t>(begin);
     checker().retire(b, b + bytes, point->ticks);
@@ -304,7 +300,7 @@ orError orSanitizerLaneAccess(int lane, orStream after, const std::vector<orAcce
                               orSanitizerPoint* point) {
   if (!point) return orErrorInvalidValue;
   *point = nullptr;
-  if (!detail::sanitizerOn()) return orSuccess;
+  if (!sanitizerOn()) return orSuccess;
   const int after_lane = after ? detail::streamLane(after) : -1;
   if (!checker().access(lane, after_lane, accesses)) return orErrorDataRace;
   *point = checker().snapshot(lane);
@@ -312,11 +308,11 @@ orError orSanitizerLaneAccess(int lane, orStream after, const std::vector<orAcce
 }
 
 void orSanitizerStreamJoin(orStream stream, const orSanitizerPoint& point) {
-  if (stream && point && detail::sanitizerOn()) checker().join(detail::streamLane(stream), point->ticks);
+  if (stream && point && sanitizerOn()) checker().join(detail::streamLane(stream), point->ticks);
 }
 
 void orSanitizerHostJoin(const orSanitizerPoint& point) {
-  if (point && detail::sanitizerOn()) checker().hostJoin(point->ticks);
+  if (point && sanitizerOn()) checker().hostJoin(point->ticks);
 }
 
 }  // namespace openreg

@@ -181,8 +181,7 @@ orError orLaunchKernel(orStream stream, std::function<void()> kernel,
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
   if (stream->failed.load(std::memory_order_relaxed)) return orErrorLaunchFailure;
-  if (detail::sanitizerOn() && !detail::sanitizerLaunch(stream->lane, accesses))
-    return orErrorDataRace;
+  if (orSanitizerStreamAccess(stream, accesses) == orErrorDataRace) return orErrorDataRace;
   // The worker's list of finished kernels is swapped for an empty one that
   // keeps its capacity (this thread's spare), so neither side allocates per
   // launch. Taken out of the thread_local first: destroying a kernel may
@@ -207,7 +206,7 @@ orError orStreamQuery(orStream stream) {
   if (!stream) return orErrorInvalidValue;
   if (stream->failed.load()) return orErrorLaunchFailure;
   // Seen before the count: the host learns no more than what it saw end.
-  orSanitizerPoint seen = detail::sanitizerOn() ? detail::sanitizerSnapshot(stream->lane) : nullptr;
+  orSanitizerPoint seen = detail::sanitizerSnapshot(stream);
   if (stream->completed.load(std::memory_order_acquire) < stream->enqueued.load())
     return orErrorNotReady;
   orSanitizerHostJoin(seen);
@@ -221,7 +220,7 @@ uint64_t orStreamLaunchCount(orStream stream) {
 orError orStreamSynchronize(orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
-  orSanitizerPoint seen = detail::sanitizerOn() ? detail::sanitizerSnapshot(stream->lane) : nullptr;
+  orSanitizerPoint seen = detail::sanitizerSnapshot(stream);
   uint64_t target;
   {
     std::lock_guard<std::mutex> lock(stream->mutex);
@@ -300,7 +299,7 @@ orError orEventRecord(orEvent event, orStream stream) {
   if (!event || !stream) return orErrorInvalidValue;
   auto record = std::make_shared<Record>();
   record->stream = stream;
-  if (detail::sanitizerOn()) record->clock = detail::sanitizerSnapshot(stream->lane);
+  record->clock = detail::sanitizerSnapshot(stream);
   std::function<void()> mark;
   if (event->timing) {
     mark = [record] {
@@ -328,7 +327,7 @@ orError orStreamWaitEvent(orStream stream, orEvent event) {
   if (!event || !stream) return orErrorInvalidValue;
   auto record = event->current();
   if (!record || record->stream == stream) return orSuccess;  // in-order already
-  if (detail::sanitizerOn()) detail::sanitizerJoin(stream->lane, record->clock);
+  orSanitizerStreamJoin(stream, record->clock);
   // A failure of the awaited stream fails this one too, with the same error:
   // its later kernels would read what the failed kernel did not write (CUDA's
   // errors are sticky for the whole context, and keep their kind: a failed
