@@ -15,7 +15,8 @@ namespace openreg::ccl {
 // Registers an operation issued on openreg tensors of `device`: the next
 // device synchronisation waits until `completion` is set (it always is: on
 // success, error, timeout or shutdown), and the race checker learns that the
-// host then saw `point`. Not on a thread that runs a group's operations (in a
+// host then saw `point`. If the operation fails and nobody called its wait(),
+// that synchronisation raises its error (once). Not on a thread that runs a group's operations (in a
 // future's callback): the operation may be queued behind that very callback.
 void waitAtDeviceSynchronize(int device, std::shared_ptr<OregWork::Completion> completion,
                              orSanitizerPoint point);

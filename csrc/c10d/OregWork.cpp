@@ -222,6 +222,7 @@ bool OregWork::waitHost(std::chrono::milliseconds timeout) {
   for (int i = 0; i < 200 && !completion_->polled.load(std::memory_order_acquire); ++i)
     std::this_thread::yield();
   throwIfOwnRunnerWaits();
+  completion_->waited.store(true, std::memory_order_relaxed);
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == ::kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });
@@ -241,6 +242,7 @@ bool OregWork::isCompleted() {
 }
 
 void OregWork::blockStream() {
+  completion_->waited.store(true, std::memory_order_relaxed);
   bool done;
   {
     std::lock_guard<std::mutex> g(mutex_);

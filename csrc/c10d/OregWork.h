@@ -44,6 +44,9 @@ class OregWork : public c10d::Work {
     bool done = false;             // GUARDED_BY(mutex)
     std::atomic<bool> polled{false};  // == done, for lock-free polling
     std::exception_ptr error;      // GUARDED_BY(mutex)
+    // wait() or synchronize() was called: the error reaches the caller there
+    // (or through the stream it held), not at a device synchronisation.
+    std::atomic<bool> waited{false};
     void wait();
     void set(std::exception_ptr e);
   };

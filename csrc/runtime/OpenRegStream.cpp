@@ -164,17 +164,17 @@ void synchronizeComputeStreams(c10::DeviceIndex device, bool raisesKernelErrors)
 
 namespace {
 std::mutex g_waiters_mutex;
-std::vector<std::function<void(c10::DeviceIndex)>> g_waiters;  // GUARDED_BY g_waiters_mutex
+std::vector<DeviceSynchronizeWaiter> g_waiters;  // GUARDED_BY g_waiters_mutex
 }  // namespace
 
-void addDeviceSynchronizeWaiter(std::function<void(c10::DeviceIndex)> waiter) {
+void addDeviceSynchronizeWaiter(DeviceSynchronizeWaiter waiter) {
   std::lock_guard<std::mutex> lock(g_waiters_mutex);
   g_waiters.push_back(std::move(waiter));
 }
 
 void synchronizeDevice(c10::DeviceIndex device) {
   device = resolve_device(device);
-  std::vector<std::function<void(c10::DeviceIndex)>> waiters;
+  std::vector<DeviceSynchronizeWaiter> waiters;
   {
     std::lock_guard<std::mutex> lock(g_waiters_mutex);
     waiters = g_waiters;
@@ -182,11 +182,18 @@ void synchronizeDevice(c10::DeviceIndex device) {
   // Before the streams: a stream may hold for such work (a Work.wait()).
   // Not in a forked child, which has no threads to finish it (the driver
   // call below raises there).
+  std::exception_ptr failed;
   if (!orIsForkedChild())
-    for (const auto& waiter : waiters) waiter(device);
+    for (const auto& waiter : waiters) {
+      std::exception_ptr e = waiter(device);
+      if (!failed) failed = e;
+    }
+  // The streams are waited for even when such work failed, so that nothing
+  // is still running when the error reaches the caller.
   orError error = orDeviceSynchronize(device);
   if (error != orSuccess)
     checkKernelError(error, "openreg:" + std::to_string(device), orDeviceLastException(device));
+  if (failed) std::rethrow_exception(failed);
 }
 
 }  // namespace openreg

@@ -10,6 +10,7 @@
 
 #include <c10/core/Stream.h>
 
+#include <exception>
 #include <functional>
 #include <string>
 
@@ -37,13 +38,15 @@ int streamPriority(const c10::Stream& stream);
 // Waits for the stream; raises with the kernel's message if one failed.
 void synchronizeStream(const c10::Stream& stream);
 // Waits for every stream of the device, and first for the work registered
-// with addDeviceSynchronizeWaiter.
+// with addDeviceSynchronizeWaiter; then raises a failed kernel's error, or
+// else the first error a waiter returned.
 void synchronizeDevice(c10::DeviceIndex device);
 // Work that runs off the streams but that a device synchronisation waits for,
 // as cudaDeviceSynchronize waits for NCCL's kernels (oreg_ccl's operations on
 // openreg tensors): `waiter(device)` returns once what was issued for the
-// device so far has finished.
-void addDeviceSynchronizeWaiter(std::function<void(c10::DeviceIndex)> waiter);
+// device so far has finished, with the error of one that failed (or null).
+using DeviceSynchronizeWaiter = std::function<std::exception_ptr(c10::DeviceIndex)>;
+void addDeviceSynchronizeWaiter(DeviceSynchronizeWaiter waiter);
 // The default and pool streams only, where kernels run (random ones among
 // them) and whose memory the allocator hands out, not dedicated streams,
 // which may hold for a peer's collective. `raisesKernelErrors`: a failed

@@ -423,6 +423,25 @@ def test_device_synchronize_waits_for_collectives(tmp_path):
     spawn(device_synchronize_waits_for_collectives, 2, tmp_path)
 
 
+def device_synchronize_reports_unwaited_failures(rank, n):
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    x = torch.ones(1000 + rank, device=dev)  # sizes differ: the collective fails
+    work = dist.all_reduce(x, async_op=True)
+    # Nobody waited for it: the synchronisation that covers it raises rather
+    # than let the caller read an output that was never written ...
+    with pytest.raises(dist.DistBackendError, match="all_?reduce"):
+        torch.openreg.synchronize()
+    # ... once: the failure has been reported.
+    torch.openreg.synchronize()
+    with pytest.raises(dist.DistBackendError):
+        work.wait()
+
+
+def test_device_synchronize_raises_for_a_failed_collective_nobody_waited_for(tmp_path):
+    spawn(device_synchronize_reports_unwaited_failures, 2, tmp_path, pg_timeout=20)
+
+
 def synchronize_in_worker_callbacks(rank, n):
     # Callbacks of host-tensor futures run on the groups' workers; a device
     # synchronisation there must not wait for operations queued behind them
