@@ -739,6 +739,26 @@ void outLayoutAsTensorIterator(const c10::OperatorHandle& op, const PreparedCall
   }
 }
 
+// An out= argument that already has the result's shape keeps its strides
+// (ATen's resize_output leaves it alone, and the CPU kernel writes through
+// them), but some Python Meta kernels, written for fresh fake tensors,
+// restride it anyway (sort, linalg_solve: as_strided_): undo that, or the
+// device tensor would take the Meta layout and the kernel write past the
+// caller's view.
+void keepOutStridesOfRightShape(const c10::FunctionSchema& schema, const PreparedCall& meta_call) {
+  for (size_t i = 0; i < meta_call.args.size() && i < schema.arguments().size(); ++i) {
+    if (!schema.arguments()[i].is_out() || !meta_call.args[i].isTensor()) continue;
+    c10::TensorImpl* impl = meta_call.args[i].toTensor().unsafeGetTensorImpl();
+    for (size_t j = 0; j < meta_call.converted.size(); ++j) {
+      const at::Tensor& original = meta_call.originals[j];
+      if (meta_call.converted[j].unsafeGetTensorImpl() == impl &&
+          original.sizes() == meta_call.converted[j].sizes())
+        impl->set_sizes_and_strides(original.sizes(), original.strides(),
+                                    original.storage_offset());
+    }
+  }
+}
+
 bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                           size_t num_args, c10::Device device) {
   const auto& schema = op.schema();
@@ -772,6 +792,7 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
     return false;
   }
   outLayoutAsTensorIterator(op, meta_call);
+  keepOutStridesOfRightShape(schema, meta_call);
   if (key) storeInference(*key, describeInference(meta_stack, meta, meta_call));
 
   syncInputMetadata(meta_call.originals, meta_call.converted);

@@ -58,3 +58,30 @@ def test_fallback_out_layout_is_cached_with_the_op():
         torch.exp(a.to("openreg"), out=dev)
         assert dev.stride() == cpu.stride() != torch.empty(cpu.shape).stride()
         torch.testing.assert_close(dev.cpu(), cpu)
+
+
+STRIDED_OUT = {
+    # Python Meta kernels (written for fresh fake tensors) restride out=
+    # arguments with as_strided_; the device tensor must keep the caller's view.
+    "sort": lambda x, out: torch.sort(x, out=out),
+    "sort_stable": lambda x, out: torch.sort(x, stable=True, descending=True, out=out),
+    "msort": lambda x, out: torch.msort(x, out=out[0]),
+    "linalg_solve": lambda x, out: torch.linalg.solve(x @ x.T + 4 * torch.eye(4, device=x.device),
+                                                      x, out=out[0]),
+}
+
+
+@pytest.mark.parametrize("name", STRIDED_OUT)
+def test_out_of_the_right_shape_with_gaps_keeps_its_strides(name):
+    x = torch.randn(4, 6)
+    results = []
+    for device in ("cpu", "openreg"):
+        base = torch.zeros(4, 12, device=device)
+        index_base = torch.zeros(4, 12, dtype=torch.long, device=device)
+        out = (base[:, ::2], index_base[:, ::2])  # the right shape, a gap after each element
+        for _ in range(2):  # the second call takes the fallback's cached inference
+            STRIDED_OUT[name](x.to(device), out)
+        assert out[0].stride() == (12, 2)
+        results.append((base.cpu(), index_base.cpu()))
+    torch.testing.assert_close(results[1][0], results[0][0])  # the gaps are untouched too
+    torch.testing.assert_close(results[1][1], results[0][1])
