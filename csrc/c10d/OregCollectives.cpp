@@ -166,8 +166,11 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allreduce_coalesced(
     specs.push_back(reduceSpec(opts.reduceOp, t, "allreduce_coalesced"));
     desc += describe(t);
   }
+  // The PREMUL_SUM factor tensor (one for all) is read by the worker too.
+  std::vector<at::Tensor> inputs = tensors;
+  if (specs[0].factorTensor.defined()) inputs.push_back(specs[0].factorTensor);
   return enqueue(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced",
-                 desc + " " + specs[0].name, tensors, tensors, callOf(opts),
+                 desc + " " + specs[0].name, inputs, tensors, callOf(opts),
                  [tensors = forWorker(tensors), specs = forWorker(specs)](Collective& c) {
                    for (size_t i = 0; i < tensors.size(); ++i) allreduceTensor(c, tensors[i], specs[i]);
                  });
@@ -224,7 +227,8 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherImpl(std::vector<at::Tensor
   std::string desc;
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTensor(inputs[i], name);
-    checkSameDevice(inputs[i], {outputs[i]}, name);
+    // One device for the whole call: it is ordered on, and waited for by, one stream.
+    checkSameDevice(inputs[0], {inputs[i], outputs[i]}, name);
     TORCH_CHECK_VALUE(outputs[i].scalar_type() == inputs[i].scalar_type(), "oreg_ccl: ", name,
                       ": output dtype ", outputs[i].scalar_type(), " differs from input dtype ",
                       inputs[i].scalar_type());
@@ -384,7 +388,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterImpl(std::vector<at::Te
   std::string desc;
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTensor(outputs[i], name);
-    checkSameDevice(outputs[i], {inputs[i]}, name);
+    checkSameDevice(outputs[0], {outputs[i], inputs[i]}, name);  // one stream, as above
     TORCH_CHECK_VALUE(outputs[i].scalar_type() == inputs[i].scalar_type(), "oreg_ccl: ", name,
                       ": output dtype ", outputs[i].scalar_type(), " differs from input dtype ",
                       inputs[i].scalar_type());

@@ -291,6 +291,9 @@ void OregWork::synchronize() {
 
 bool OregWork::wait(std::chrono::milliseconds timeout) {
   if (blockHost_) return waitHost(timeout);
+  // As NCCL's: given a timeout, the host waits for the operation too, and
+  // raises if it does not complete within it.
+  if (timeout != ::kNoTimeout) waitHost(timeout);
   blockStream();
   return true;
 }

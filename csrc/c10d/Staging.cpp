@@ -1,6 +1,7 @@
 #include "Staging.h"
 
 #include <ATen/MemoryOverlap.h>
+#include <ATen/Parallel.h>
 
 #include "../runtime/driver/Driver.h"
 
@@ -176,8 +177,26 @@ void preReduce(const ReduceSpec& spec, at::Tensor& buf) {
   buf.mul_(f);
 }
 
+namespace {
+// ATen has no division kernels for the barebones unsigned types.
+constexpr int64_t kGrain = 32768;  // at::internal::GRAIN_SIZE, without TensorIterator.h
+template <typename T>
+void divideInPlace(at::Tensor& buf, int divisor) {
+  T* p = buf.data_ptr<T>();
+  at::parallel_for(0, buf.numel(), kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(divisor));
+  });
+}
+}  // namespace
+
 void postReduce(const ReduceSpec& spec, at::Tensor& buf, int groupSize) {
   if (!spec.average) return;
+  switch (buf.scalar_type()) {
+    case c10::kUInt16: return divideInPlace<uint16_t>(buf, groupSize);
+    case c10::kUInt32: return divideInPlace<uint32_t>(buf, groupSize);
+    case c10::kUInt64: return divideInPlace<uint64_t>(buf, groupSize);
+    default: break;
+  }
   if (c10::isIntegralType(buf.scalar_type(), /*includeBool=*/false))
     buf.div_(groupSize, "trunc");
   else

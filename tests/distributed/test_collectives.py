@@ -116,6 +116,14 @@ def run_allreduce(rank, n, device, seed):
         t = inputs[rank].to(device, copy=True)
         dist.all_reduce(t, op=getattr(ReduceOp, op))
         check(t, reference(inputs, op, dtype), f"large allreduce {op} {dtype}")
+    # The barebones unsigned types (no ATen division kernel for AVG's).
+    for dtype in (torch.uint16, torch.uint32, torch.uint64):
+        for op in ("SUM", "AVG", "MAX"):
+            seed += 1
+            inputs = [make(r, (7,), torch.uint8, seed).to(dtype) for r in range(n)]
+            t = inputs[rank].to(device, copy=True)
+            dist.all_reduce(t, op=getattr(ReduceOp, op))
+            check(t, reference(inputs, op, dtype), f"allreduce {op} {dtype}")
     # Complex sums; empty tensors.
     inputs = [make(r, (4,), torch.complex64, seed) for r in range(n)]
     t = inputs[rank].to(device, copy=True)

@@ -505,3 +505,70 @@ def synchronize_in_forked_child(rank, n):
 
 def test_device_synchronize_in_a_forked_child_raises(tmp_path):
     spawn(synchronize_in_forked_child, 2, tmp_path, timeout=60, pg_timeout=30)
+
+
+def coalesced_premul_factor_outlives_the_caller(rank, n):
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    a, b = torch.ones(4, device=dev), torch.ones(3, device=dev)
+    if rank == 1:
+        time.sleep(0.5)  # rank 0's operation stays pending
+    op = dist._make_nccl_premul_sum(torch.full((1,), 2.0, device=dev))
+    work = dist.all_reduce_coalesced([a, b], op=op, async_op=True)
+    del op  # the backend keeps the factor tensor, as it keeps the reduced ones
+    junk = [torch.full((1,), 1000.0, device=dev) for _ in range(4)]  # would reuse its block
+    work.wait()
+    assert torch.equal(a.cpu(), torch.full((4,), 2.0 * n)) and torch.equal(b.cpu(), torch.full((3,), 2.0 * n))
+    del junk
+
+
+def test_all_reduce_coalesced_keeps_its_premul_factor_tensor(tmp_path):
+    spawn(coalesced_premul_factor_outlives_the_caller, 2, tmp_path)
+
+
+def coalesced_tensors_on_several_devices(rank, n):
+    dev, other = torch.device("openreg", 2 * rank), torch.device("openreg", 2 * rank + 1)
+    torch.openreg.set_device(dev)
+    for second in (other, torch.device("cpu")):
+        outs = [torch.zeros(2 * n, device=dev), torch.zeros(2 * n, device=second)]
+        # One operation is ordered on, and waited for by, one device's stream:
+        # rejected at the call, as oreg_ccl's other multi-tensor collectives.
+        with pytest.raises(ValueError, match="all tensors must be on one device"):
+            with dist._coalescing_manager(async_ops=True):
+                for o in outs:
+                    dist.all_gather_into_tensor(o, torch.ones(2, device=o.device))
+        with pytest.raises(ValueError, match="all tensors must be on one device"):
+            with dist._coalescing_manager(async_ops=True):
+                for o in outs:
+                    dist.reduce_scatter_tensor(o[:2], torch.ones(2 * n, device=o.device))
+    # The group is still usable.
+    x = torch.ones(3, device=dev)
+    dist.all_reduce(x)
+    assert torch.equal(x.cpu(), torch.full((3,), float(n)))
+
+
+def test_coalesced_collectives_reject_tensors_on_several_devices(tmp_path):
+    spawn(coalesced_tensors_on_several_devices, 2, tmp_path)
+
+
+def wait_with_a_timeout(rank, n):
+    from datetime import timedelta
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    x = torch.ones(4, device=dev)
+    if rank == 1:
+        time.sleep(3.0)
+    work = dist.all_reduce(x, async_op=True)
+    if rank == 0:
+        # As NCCL's: with a timeout the host waits, up to it, and raises.
+        start = time.monotonic()
+        with pytest.raises(dist.DistBackendError, match="did not complete within"):
+            work.wait(timeout=timedelta(seconds=0.5))
+        assert 0.4 < time.monotonic() - start < 2.5
+    work.wait(timeout=timedelta(seconds=20))
+    assert work.is_completed()  # the host waited: done on return
+    assert torch.equal(x.cpu(), torch.full((4,), float(n)))
+
+
+def test_wait_with_a_timeout_blocks_the_host_up_to_it(tmp_path):
+    spawn(wait_with_a_timeout, 2, tmp_path)
