@@ -27,6 +27,7 @@
 #include <ATen/core/op_registration/op_registration.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/ones.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/flat_hash_map.h>
@@ -881,10 +882,51 @@ void resetFallbackCounts() {
 
 namespace openreg::kernels {
 
+namespace {
+
+// Integer division by a zero the host can see (a Scalar, or a CPU tensor
+// such as Python's `x // 0` wraps): the CPU kernel raises ZeroDivisionError
+// at the call, and so does this check, by running that kernel on a one-element
+// host copy. Queued, the error would fail the stream for good. (A zero in a
+// device tensor is data on the device, found inside the kernel, as CUDA's
+// device-side checks are.)
+void checkHostVisibleZeroDivisor(const c10::OperatorHandle& op, const c10::IValue* args,
+                                 size_t num_args) {
+  static const std::unordered_set<std::string> kDivisions = {
+      "aten::floor_divide", "aten::floor_divide_", "aten::remainder", "aten::remainder_",
+      "aten::fmod", "aten::fmod_", "aten::div", "aten::div_"};
+  if (num_args < 2 || !kDivisions.count(op.schema().name())) return;
+  if (!args[0].isTensor() || !c10::isIntegralType(args[0].toTensor().scalar_type(), false)) return;
+  const c10::IValue& divisor = args[1];
+  bool zero = false;
+  if (divisor.isScalar()) {
+    const c10::Scalar v = divisor.toScalar();
+    zero = v.isIntegral(/*includeBool=*/false) && v.toLong() == 0;
+  } else if (divisor.isTensor() && divisor.toTensor().device().is_cpu()) {
+    const at::Tensor& t = divisor.toTensor();
+    zero = c10::isIntegralType(t.scalar_type(), false) && t.numel() > 0 && !t.all().item<bool>();
+  }
+  if (!zero) return;
+  torch::jit::Stack probe(args, args + num_args);
+  probe[0] = at::ones({1}, args[0].toTensor().options().device(c10::kCPU));
+  for (size_t i = 2; i < num_args; ++i)  // an out= argument
+    if (probe[i].isTensor() && isOpenReg(probe[i].toTensor()))
+      probe[i] = at::empty({0}, probe[i].toTensor().options().device(c10::kCPU));
+  op.redispatchBoxed(kCPUKeys, &probe);
+}
+
+}  // namespace
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t num_args = op.schema().arguments().size();
   const IValue* args = stack->data() + stack->size() - num_args;
   std::optional<c10::Device> device = findDevice(op, args, num_args);
+  if (!device) {
+    // Only an openreg generator brought the call here: CUDA's message.
+    for (size_t i = 0; i < num_args; ++i)
+      TORCH_CHECK(!args[i].isGenerator() || !args[i].toGenerator().device().is_privateuseone(),
+                  "Expected a 'cpu' device type for generator but found 'openreg'");
+  }
   TORCH_CHECK(device.has_value(), "openreg fallback: no openreg tensor or device among the "
               "arguments of ", op.schema().name());
   // The generic path runs the CPU kernel: an op with none (CUDA-only fused
@@ -895,6 +937,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               "'openreg' backend: it has no native openreg kernel and no CPU "
                               "kernel for the generic path to run.");
   probeRandomFillArguments(op, args, num_args);
+  checkHostVisibleZeroDivisor(op, args, num_args);
   // Before Meta inference resizes an out= argument (TensorIterator checks first).
   checkWrittenOverlap(op.schema(), args, num_args, op.hasTag(at::Tag::pointwise));
   c10::DeviceGuard guard(*device);

@@ -4,6 +4,8 @@
 // host, the per-tensor op's structured meta checks each element and allocates
 // its output (so errors are the CPU's, raised on the host), and ONE kernel
 // runs the per-tensor CPU implementations for the whole list.
+#include <algorithm>
+
 #include <ATen/ScalarOps.h>
 #include <ATen/native/ForeachUtils.h>
 #include <ATen/ops/linalg_vector_norm_cpu_dispatch.h>
@@ -26,38 +28,44 @@ namespace {
 // Element i of a foreach call is the per-tensor op `Meta` over argsAt(i) (a
 // tuple, self's element first). Functional: fresh outputs; in place: each
 // self element is its own output. compute(out, kernel args...) runs for every
-// element inside one kernel on the current stream.
+// element inside one kernel per device, on that device's current stream (a
+// list spread over devices is CUDA's slow path: each element on its own
+// device's stream).
 template <class Meta, class ArgsAt, class Compute>
 std::vector<Tensor> foreachStructured(const char* name, OutputMode mode, size_t n, ArgsAt argsAt,
                                       Compute compute) {
-  std::vector<Tensor> outputs(n), reads;
-  std::optional<c10::Device> device;
-  c10::OptionalDeviceGuard guard;
-  auto bodyAt = [&](size_t i) {
+  std::vector<Tensor> outputs(n);
+  std::vector<c10::Device> devices;  // of the elements, in order of first appearance
+  std::vector<size_t> deviceOf(n);
+  for (size_t i = 0; i < n; ++i) {
+    c10::Device d = std::apply([&](const auto&... a) { return opDevice(name, a...); }, argsAt(i));
+    auto it = std::find(devices.begin(), devices.end(), d);
+    deviceOf[i] = static_cast<size_t>(it - devices.begin());
+    if (it == devices.end()) devices.push_back(d);
+  }
+  auto bodyAt = [&](size_t i, std::vector<Tensor>& reads) {
     auto args = argsAt(i);
-    c10::Device d = std::apply([&](const auto&... a) { return opDevice(name, a...); }, args);
-    if (!device) {
-      device = d;
-      guard.reset_device(d);
-    }
-    TORCH_CHECK(d == *device, "Expected all tensors to be on the same device, but found at least "
-                "two devices, ", *device, " and ", d, "! (when checking argument for ", name, ")");
     if (mode == OutputMode::kInplace) outputs[i] = std::get<0>(args);
     return std::apply(
         [&](const auto&... a) { return structuredBody<Meta>(mode, compute, outputs[i], reads, a...); },
         args);
   };
-  // Every element's body has the same type: one vector, no allocation per element.
-  std::vector<decltype(bodyAt(0))> bodies;
-  bodies.reserve(n);
-  for (size_t i = 0; i < n; ++i) bodies.push_back(bodyAt(i));
-  if (n > 0) {
+  for (size_t k = 0; k < devices.size(); ++k) {
+    c10::DeviceGuard guard(devices[k]);
+    // Every element's body has the same type: one vector, no allocation per element.
+    std::vector<decltype(bodyAt(0, std::declval<std::vector<Tensor>&>()))> bodies;
+    std::vector<Tensor> reads, writes;
+    for (size_t i = 0; i < n; ++i) {
+      if (deviceOf[i] != k) continue;
+      bodies.push_back(bodyAt(i, reads));
+      writes.push_back(outputs[i]);
+    }
     launchOnCurrentStream(
-        outputs[0],
+        writes[0],
         [bodies = std::move(bodies)]() mutable {
           for (auto& body : bodies) body();
         },
-        reads, outputs);
+        reads, writes);
   }
   return outputs;
 }

@@ -8,6 +8,8 @@
 //  - addr, native_group_norm, linalg__powsum: the composite kernels are math
 //    decompositions that round differently from the CPU kernels; openreg
 //    promises CPU-exact numbers. (native_layer_norm has a native kernel, Nn.cpp.)
+//  - mode.values (out=): the composite kernel accepts only CPU, CUDA and XPU
+//    tensors.
 #include <torch/library.h>
 
 #include "Kernels.h"
@@ -18,7 +20,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   const auto route = [] { return torch::CppFunction::makeFromBoxedFunction<&fallback>(); };
   for (const char* name : {"convolution", "convolution_backward", "_convolution",
                            "_convolution.deprecated", "addr", "addr.out",
-                           "native_group_norm", "linalg__powsum"})
+                           "native_group_norm", "linalg__powsum", "mode.values"})
     m.impl(name, route());
 }
 

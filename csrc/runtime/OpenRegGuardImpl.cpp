@@ -98,7 +98,10 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     float ms = 0;
     orError e = orEventElapsedTime(&ms, static_cast<orEvent>(start), static_cast<orEvent>(end));
     TORCH_CHECK(e != orErrorInvalidValue,
-                "Both events must be created with argument 'enable_timing=True'.");
+                "Both events must be recorded, and created with argument 'enable_timing=True', "
+                "before calculating elapsed time.");
+    TORCH_CHECK(e != orErrorInvalidDevice,
+                "Both events must be recorded on the same device to calculate elapsed time.");
     TORCH_CHECK(e != orErrorNotReady,
                 "Both events must be completed before calculating elapsed time.");
     checkEventError(e, orEventQuery(static_cast<orEvent>(start)) != orSuccess ? start : end);

@@ -157,3 +157,23 @@ def test_cpu_scalar_output_of_a_native_kernel_raises():
         torch.cat([a, b], out=torch.tensor(0.0))
     with pytest.raises(RuntimeError, match=SAME_DEVICE):
         torch.tensor(1.0).add_(torch.ones((), device="openreg"))
+
+
+def test_foreach_lists_spread_over_devices_run_each_element_on_its_device():
+    # CUDA's foreach slow path: each element on its own device (and stream).
+    cpu = [torch.arange(3.0), torch.arange(4.0) + 1, torch.arange(2.0) - 1]
+    devs = [t.to(d) for t, d in zip(cpu, ["openreg:0", "openreg:1", "openreg:0"])]
+    got = torch._foreach_add(devs, devs, alpha=2)
+    assert [g.device for g in got] == [d.device for d in devs]
+    for g, c in zip(got, torch._foreach_add(cpu, cpu, alpha=2)):
+        torch.testing.assert_close(g.cpu(), c)
+    torch._foreach_mul_(devs, 3.0)
+    torch._foreach_mul_(cpu, 3.0)
+    for d, c in zip(devs, cpu):
+        torch.testing.assert_close(d.cpu(), c)
+    norms = torch._foreach_norm(devs)
+    assert [n.device for n in norms] == [d.device for d in devs]
+    torch.testing.assert_close(torch.stack([n.cpu() for n in norms]), torch.stack(torch._foreach_norm(cpu)))
+    # One element mixing devices is still an error, with CUDA's message.
+    with pytest.raises(RuntimeError, match=SAME_DEVICE):
+        torch._foreach_add([devs[0]], [devs[1][:3]])

@@ -132,3 +132,25 @@ def test_probes_reject_no_valid_call():
     assert torch.equal(_int8(DEVICE).add(_int8(DEVICE), alpha=100).cpu(), torch.full((3,), 101, dtype=torch.int8))
     assert torch.equal(torch.empty(0, 3, device=DEVICE).amax(dim=1).cpu(), torch.empty(0))
     torch.openreg.synchronize()
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: x // 0, lambda x: x % 0, lambda x: torch.fmod(x, 0),
+    lambda x: torch.div(x, 0, rounding_mode="trunc"), lambda x: x.floor_divide_(0),
+    lambda x: x // torch.tensor(0), lambda x: torch.remainder(x, 0, out=torch.empty_like(x)),
+])
+def test_integer_division_by_a_host_zero_raises_at_the_call(call):
+    # As the CPU kernel: ZeroDivisionError at the call, and the stream stays
+    # usable (queued, the error would fail it for good).
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        call(torch.tensor([7, 8]))
+    x = torch.tensor([7, 8], device=DEVICE)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        call(x)
+    assert (x // 2).cpu().tolist() == [3, 4]
+    assert torch.div(x, 0).cpu().tolist() == [float("inf")] * 2  # true division: no error
+
+
+def test_cpu_op_with_an_openreg_generator_gets_cudas_message():
+    with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'openreg'"):
+        torch.randn(3, generator=torch.Generator(DEVICE))

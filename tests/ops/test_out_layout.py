@@ -63,9 +63,12 @@ def test_fallback_out_layout_is_cached_with_the_op():
 STRIDED_OUT = {
     # Python Meta kernels (written for fresh fake tensors) restride out=
     # arguments with as_strided_; the device tensor must keep the caller's view.
+    # (mode's out= variant has a composite kernel that rejects all but
+    # CPU/CUDA/XPU: RegisterFallbackRoutes.cpp sends it to the fallback.)
     "sort": lambda x, out: torch.sort(x, out=out),
     "sort_stable": lambda x, out: torch.sort(x, stable=True, descending=True, out=out),
     "msort": lambda x, out: torch.msort(x, out=out[0]),
+    "mode": lambda x, out: torch.mode(x.round(), 0, out=(out[0][0], out[1][0])),  # routed, see below
     "linalg_solve": lambda x, out: torch.linalg.solve(x @ x.T + 4 * torch.eye(4, device=x.device),
                                                       x, out=out[0]),
 }

@@ -125,6 +125,16 @@ def test_elapsed_time_requires_timing():
         a.elapsed_time(b)
 
 
+def test_elapsed_time_of_events_on_two_devices_says_so():
+    a, b = torch.openreg.Event(enable_timing=True), torch.openreg.Event(enable_timing=True)
+    a.record(torch.openreg.current_stream(0))
+    b.record(torch.openreg.current_stream(1))
+    a.synchronize()  # torch.Event checks completion first
+    b.synchronize()
+    with pytest.raises(RuntimeError, match="recorded on the same device"):
+        a.elapsed_time(b)
+
+
 def test_stream_priority_and_generic_torch_stream():
     hi = torch.openreg.Stream(priority=-1)
     lo = torch.openreg.Stream(priority=0)

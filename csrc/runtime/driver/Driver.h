@@ -143,7 +143,8 @@ orError orEventSynchronize(orEvent event);
 // orEventQuery for an allocator's polling: the race checker does not take it
 // for the program synchronising with the event's stream.
 orError orEventQueryNoSync(orEvent event);
-// Milliseconds between two recorded, completed, timing-enabled events.
+// Milliseconds between two recorded, completed, timing-enabled events
+// (orErrorInvalidDevice: recorded on two devices).
 orError orEventElapsedTime(float* ms, orEvent start, orEvent end);
 
 // ---- race checker (~ torch.cuda._sanitizer) ---------------------------------

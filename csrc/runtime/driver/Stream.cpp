@@ -396,7 +396,7 @@ orError orEventElapsedTime(float* ms, orEvent start, orEvent end) {
   auto a = start->current();
   auto b = end->current();
   if (!a || !b) return orErrorInvalidValue;
-  if (a->stream->device != b->stream->device) return orErrorInvalidValue;  // as CUDA's
+  if (a->stream->device != b->stream->device) return orErrorInvalidDevice;
   for (orEvent e : {start, end})
     if (orError status = orEventQuery(e); status != orSuccess) return status;  // no time mark
   *ms = static_cast<float>(b->time_ns.load() - a->time_ns.load()) / 1e6f;
