@@ -247,6 +247,13 @@ class OregBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgatherLists(
       const std::vector<std::vector<at::Tensor>>& outputLists,
       const std::vector<at::Tensor>& inputs, Call call, const char* name, c10d::OpType type);
+  // Lists whose tensors differ in size (NCCL takes them): one broadcast /
+  // reduce per rank, as NCCL does.
+  c10::intrusive_ptr<c10d::Work> allgatherUneven(const std::vector<at::Tensor>& outputs,
+                                                 const at::Tensor& input, Call call);
+  c10::intrusive_ptr<c10d::Work> reduceScatterUneven(const at::Tensor& output,
+                                                     const std::vector<at::Tensor>& inputs,
+                                                     const c10d::ReduceScatterOptions& opts);
   c10::intrusive_ptr<c10d::Work> allgatherImpl(std::vector<at::Tensor> outputs,
                                                std::vector<at::Tensor> inputs, Call call,
                                                const char* name);

@@ -36,6 +36,10 @@ void allreduceTensor(Collective& c, const at::Tensor& t, const ReduceSpec& spec)
   unstage(s);
 }
 
+bool sameNumel(const at::Tensor& ref, const std::vector<at::Tensor>& ts) {
+  return std::all_of(ts.begin(), ts.end(), [&](const at::Tensor& t) { return t.numel() == ref.numel(); });
+}
+
 // Copy `parts` (same size each) into one contiguous host buffer of `dtype`.
 at::Tensor packed(const std::vector<at::Tensor>& parts, c10::ScalarType dtype) {
   int64_t each = parts.empty() ? 0 : parts[0].numel();
@@ -268,6 +272,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgather(std::vector<std::vector<at
                                                       const c10d::AllgatherOptions& opts) {
   checkSingle(inputs, "allgather");
   TORCH_CHECK_VALUE(outputs.size() == 1, "oreg_ccl: allgather expects one list of output tensors");
+  if (!sameNumel(inputs[0], outputs[0])) return allgatherUneven(outputs[0], inputs[0], callOf(opts));
   return allgatherLists(outputs, inputs, callOf(opts), "allgather", c10d::OpType::ALLGATHER);
 }
 
@@ -285,6 +290,35 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgather_coalesced(
   }
   return allgatherLists(byInput, inputs, callOf(opts), "allgather_coalesced",
                         c10d::OpType::ALLGATHER_COALESCED);
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::allgatherUneven(const std::vector<at::Tensor>& outs,
+                                                            const at::Tensor& in, Call call) {
+  const int me = getRank();
+  TORCH_CHECK_VALUE(outs.size() == size_t(getSize()), "oreg_ccl: allgather expects ", getSize(),
+                    " output tensors, got ", outs.size());
+  checkSameDevice(in, outs, "allgather");
+  for (const auto& o : outs)
+    TORCH_CHECK_VALUE(o.scalar_type() == in.scalar_type(), "oreg_ccl: allgather: dtype mismatch, "
+                      "expected ", in.scalar_type(), " got ", o.scalar_type());
+  TORCH_CHECK_VALUE(outs[me].numel() == in.numel(), "oreg_ccl: allgather: output ", me, " has ",
+                    outs[me].numel(), " elements, this rank's input ", in.numel());
+  checkWritable(outs, "allgather");
+  // Every rank knows every size from its output list: the same on all ranks.
+  std::string desc = c10::str(in.scalar_type(), " of sizes");
+  for (const auto& o : outs) desc += c10::str(" ", o.numel());
+  return enqueue(c10d::OpType::ALLGATHER, "allgather", desc, {in}, outs, call,
+                 [outs = forWorker(outs), in = forWorker(in)](Collective& c) {
+                   for (int p = 0; p < c.size(); ++p) {
+                     const bool mine = p == c.rank();
+                     Staged s = stage(mine ? in : outs[p], in.scalar_type(), /*load=*/mine);
+                     ccl::broadcast(c, s.buf.data_ptr(), bytesOf(s.buf), p);
+                     if (mine)
+                       hostView(outs[p]).copy_(s.buf.view(outs[p].sizes()));
+                     else
+                       unstage(s);
+                   }
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allgatherLists(
@@ -439,6 +473,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduce_scatter(
   TORCH_CHECK_VALUE(inputs.size() == 1 && inputs[0].size() == size_t(getSize()),
                     "oreg_ccl: reduce_scatter expects one list of ", getSize(), " input tensors");
   std::vector<at::Tensor> ins = inputs[0];
+  if (!sameNumel(out, ins)) return reduceScatterUneven(out, ins, opts);
   checkSameTypeAndSize(out, ins, "reduce_scatter");
   ReduceSpec spec = reduceSpec(opts.reduceOp, out, "reduce_scatter");
   std::vector<at::Tensor> reads = ins;
@@ -454,6 +489,38 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduce_scatter(
                                  reduceDtype(o.buf), spec.kind);
                    postReduce(spec, o.buf, c.size());
                    unstage(o);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterUneven(
+    const at::Tensor& out, const std::vector<at::Tensor>& ins,
+    const c10d::ReduceScatterOptions& opts) {
+  const int me = getRank();
+  checkSameDevice(out, ins, "reduce_scatter");
+  for (const auto& t : ins)
+    TORCH_CHECK_VALUE(t.scalar_type() == out.scalar_type(), "oreg_ccl: reduce_scatter: dtype "
+                      "mismatch, expected ", out.scalar_type(), " got ", t.scalar_type());
+  TORCH_CHECK_VALUE(ins[me].numel() == out.numel(), "oreg_ccl: reduce_scatter: input ", me,
+                    " has ", ins[me].numel(), " elements, the output ", out.numel());
+  ReduceSpec spec = reduceSpec(opts.reduceOp, out, "reduce_scatter");
+  std::vector<at::Tensor> reads = ins;
+  if (spec.factorTensor.defined()) reads.push_back(spec.factorTensor);
+  std::string desc = c10::str(out.scalar_type(), " of sizes");
+  for (const auto& t : ins) desc += c10::str(" ", t.numel());
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", desc + " " + spec.name, reads,
+                 {out}, callOf(opts),
+                 [out = forWorker(out), ins = forWorker(ins), spec = forWorker(spec)](Collective& c) {
+                   for (int p = 0; p < c.size(); ++p) {
+                     // A private copy: reduce may use the buffers of every rank.
+                     Staged s = stage(ins[p], stageDtype(out.scalar_type()), /*load=*/true,
+                                      /*forceCopy=*/true);
+                     preReduce(spec, s.buf);
+                     ccl::reduce(c, s.buf.data_ptr(), reduceCount(s.buf), reduceDtype(s.buf),
+                                 spec.kind, p);
+                     if (p != c.rank()) continue;
+                     postReduce(spec, s.buf, c.size());
+                     hostView(out).copy_(s.buf.view(out.sizes()));
+                   }
                  });
 }
 

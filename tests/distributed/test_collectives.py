@@ -187,6 +187,11 @@ def run_data_movement(rank, n, device, seed):
         dist.all_gather(outs, mk(rank).to(device, copy=True))
         for r in range(n):
             check(outs[r], mk(r), f"all_gather {dtype}")
+        # Outputs of different sizes (NCCL takes them: a broadcast per rank).
+        outs = [torch.empty(r + 1, 2, dtype=dtype, device=device) for r in range(n)]
+        dist.all_gather(outs, mk(rank, (rank + 1, 2)).to(device, copy=True))
+        for r in range(n):
+            check(outs[r], mk(r, (r + 1, 2)), f"uneven all_gather {dtype}")
         flat = torch.empty(n * 2, 3, dtype=dtype, device=device)
         dist.all_gather_into_tensor(flat, mk(rank).to(device, copy=True))
         check(flat, torch.cat([mk(r) for r in range(n)]), f"all_gather_into_tensor {dtype}")
@@ -238,6 +243,12 @@ def run_reductions(rank, n, device, seed):
         out = torch.empty(4, dtype=dtype, device=device)
         dist.reduce_scatter(out, list(ins[rank].to(device, copy=True).chunk(n)), op=rop)
         check(out, expect[rank * 4:(rank + 1) * 4], f"reduce_scatter {op} {dtype}")
+        # Parts of different sizes (NCCL takes them: a reduce per rank): part p
+        # is the p + 1 elements from 2p of every rank's input.
+        out = torch.empty(rank + 1, dtype=dtype, device=device)
+        parts = [ins[rank][2 * p:3 * p + 1].to(device, copy=True) for p in range(n)]
+        dist.reduce_scatter(out, parts, op=rop)
+        check(out, expect[2 * rank:3 * rank + 1], f"uneven reduce_scatter {op} {dtype}")
     return seed
 
 
