@@ -54,6 +54,7 @@ std::vector<Tensor> foreachStructured(const char* name, OutputMode mode, size_t 
     c10::DeviceGuard guard(devices[k]);
     // Every element's body has the same type: one vector, no allocation per element.
     std::vector<decltype(bodyAt(0, std::declval<std::vector<Tensor>&>()))> bodies;
+    bodies.reserve(n);
     std::vector<Tensor> reads, writes;
     for (size_t i = 0; i < n; ++i) {
       if (deviceOf[i] != k) continue;

@@ -33,6 +33,10 @@ at::Tensor& set_source_storage_(at::Tensor& self, c10::Storage source);
 at::Tensor& set_source_tensor_(at::Tensor& self, const at::Tensor& source);
 at::Tensor& set_empty_(at::Tensor& self);
 bool is_set_to(const at::Tensor& self, const at::Tensor& tensor);
+// Whether `self.data = from` may swap in from's implementation: PyTorch asks
+// PrivateUse1 backends (TensorImpl.h), and Module.to / FSDP rely on a yes
+// between CPU and the device.
+bool _has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from);
 
 // Scalar.cpp: fill, item, record_stream
 at::Tensor& fill_scalar_(at::Tensor& self, const c10::Scalar& value);

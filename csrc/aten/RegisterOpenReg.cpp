@@ -38,6 +38,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor_));
   m.impl("set_", TORCH_FN(set_empty_));
   m.impl("is_set_to", TORCH_FN(is_set_to));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(_has_compatible_shallow_copy_type));
   // Scalars and streams
   m.impl("fill_.Scalar", TORCH_FN(fill_scalar_));
   m.impl("fill_.Tensor", TORCH_FN(fill_tensor_));

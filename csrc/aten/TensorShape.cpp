@@ -87,4 +87,15 @@ bool is_set_to(const at::Tensor& self, const at::Tensor& tensor) {
          self.strides() == tensor.strides();
 }
 
+bool _has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  // Dense tensors of the CPU and openreg swap freely, as CPU and CUDA do
+  // (the dispatcher picks this kernel for either order of the two).
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && !t.is_quantized() &&
+           (t.device().is_cpu() || t.device().is_privateuseone());
+  };
+  if (dense(self) && dense(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
 }  // namespace openreg::kernels

@@ -34,14 +34,7 @@ AMP = {
 }
 
 # MODULES maps a ModuleInfo's formatted_name to the reason it fails.
-_LAZY = ("PyTorch limitation for PrivateUse1: c10's TensorImpl::has_compatible_shallow_copy_type "
-         "lists CPU/CUDA/XPU/... but not PrivateUse1 as dense backends, so Module.to('openreg') "
-         "replaces each parameter by a new Parameter instead of setting .data: an "
-         "UninitializedParameter moved before the first forward loses its laziness "
-         "(the forward then sees a 0-element weight)")
-MODULES = {name: _LAZY for name in (
-    "nn_LazyConv1d", "nn_LazyConv2d", "nn_LazyConv3d",
-    "nn_LazyConvTranspose1d", "nn_LazyConvTranspose2d", "nn_LazyConvTranspose3d")}
+MODULES = {}
 
 # ERROR_INPUTS: OpInfo error inputs ("op[index]") that openreg accepts or
 # answers with another error. ERROR_INPUTS_ASYNC: error inputs whose error

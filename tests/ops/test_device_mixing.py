@@ -177,3 +177,24 @@ def test_foreach_lists_spread_over_devices_run_each_element_on_its_device():
     # One element mixing devices is still an error, with CUDA's message.
     with pytest.raises(RuntimeError, match=SAME_DEVICE):
         torch._foreach_add([devs[0]], [devs[1][:3]])
+
+
+def test_module_to_keeps_its_parameters_so_the_optimizer_still_trains_them():
+    # Module.to / .cpu swap `param.data` in place when the backend says CPU and
+    # the device are shallow-copy compatible (as CUDA's are): the optimizer
+    # then holds the module's parameters. Without it, to() makes new
+    # Parameters and the optimizer steps the stale CPU ones.
+    m = torch.nn.Linear(3, 3)
+    weight = m.weight
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    m.to("openreg:1")
+    assert m.weight is weight and weight.device == torch.device("openreg:1")
+    before = weight.detach().cpu().clone()
+    m(torch.randn(2, 3, device="openreg:1")).sum().backward()
+    opt.step()
+    assert not torch.equal(before, m.weight.detach().cpu())
+    m.cpu()
+    assert m.weight is weight and weight.device.type == "cpu"
+    t = torch.zeros(2)
+    t.data = torch.ones(2, device="openreg")
+    assert t.device.type == "openreg" and t.cpu().tolist() == [1.0, 1.0]
