@@ -13,7 +13,7 @@ RoutedTransport::RoutedTransport(const Topology& topology, const Rendezvous& rdv
   const auto& local = topo_.localRanks();
   if (local.size() > 1)
     shm_ = ShmTransport::connect(topo_.localIndex(), static_cast<int>(local.size()),
-                                 rdv.prefixed("host" + std::to_string(topo_.host()) + "/"));
+                                 rdv.prefixed("host" + std::to_string(topo_.host()) + "/"), local);
   std::vector<bool> remote(topo_.size());
   for (int r = 0; r < topo_.size(); ++r) remote[r] = !topo_.isLocal(r);
   ShmTransport* shm = shm_.get();

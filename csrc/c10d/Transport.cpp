@@ -39,7 +39,9 @@ void waitFor(Transport& transport, const RequestPtr& req, Clock::time_point dead
              const std::string& what) {
   while (!req->done.load(std::memory_order_acquire)) {
     if (Clock::now() >= deadline) {
-      std::string why = "oreg_ccl: rank " + std::to_string(transport.rank()) + ": Timed out in " +
+      // req->peer is in the numbering of the transport that posted it: the group's.
+      std::string why = "oreg_ccl: rank " + std::to_string(transport.groupRank(transport.rank())) +
+                        ": Timed out in " +
                         what + " waiting for rank " + std::to_string(req->peer);
       // Fail the whole group: the other ranks raise now instead of each
       // waiting out its own timeout.

@@ -95,6 +95,9 @@ class Transport {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The process group's number for this transport's rank `index`, for error
+  // messages (a host's shared memory and a view number their ranks 0..k-1).
+  virtual int groupRank(int index) const { return index; }
 
   // Queue `bytes` of `data` for `dst`; returns at once. `what` describes the
   // operation (e.g. "allreduce#3 float32[1024] SUM") and travels with the

@@ -18,6 +18,7 @@ class TransportView final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(ranks_.size()); }
+  int groupRank(int index) const override { return parent_.groupRank(ranks_.at(index)); }
   RequestPtr isend(Channel channel, int dst, uint64_t tag, const std::string& what,
                    const void* data, size_t bytes) override {
     return parent_.isend(channel, ranks_.at(dst), tag, what, data, bytes);

@@ -8,6 +8,7 @@ messages, a killed or hung rank on another host, abort() from another thread.
 """
 import datetime
 import os
+import re
 import signal
 import threading
 import time
@@ -293,7 +294,8 @@ def killed_across_hosts(rank, n, tmp, victim):
     start = time.monotonic()
     for size in (2, 1 << 20):  # the first fails; the group stays failed
         msg = expect_dist_error(lambda: dist.all_reduce(torch.ones(size)))
-    assert f"rank {victim}" in msg, msg
+    # Named by its group rank (not its index among its host's ranks).
+    assert re.search(rf"rank {victim} \((pid \d+|tcp://)", msg), msg
     assert time.monotonic() - start < 10  # far below the 30 s group timeout
     os._exit(0)  # skip destroy: the group is broken
 
@@ -392,10 +394,40 @@ def test_killed_while_only_sent_to(tmp_path):
           expect_exit={1: -signal.SIGKILL})
 
 
-@pytest.mark.parametrize("victim", [2, 0], ids=["alone-on-its-host", "host-leader"])
-def test_killed_rank_across_hosts(tmp_path, victim):
-    spawn(killed_across_hosts, 3, tmp_path, str(tmp_path), victim, host_of=(0, 0, 1),
+@pytest.mark.parametrize("victim,hosts", [(2, (0, 0, 1)), (0, (0, 0, 1)), (2, (0, 1, 0, 1))],
+                         ids=["alone-on-its-host", "host-leader", "second-on-its-host"])
+def test_killed_rank_across_hosts(tmp_path, victim, hosts):
+    spawn(killed_across_hosts, len(hosts), tmp_path, str(tmp_path), victim, host_of=hosts,
           expect_exit={victim: -signal.SIGKILL})
+
+
+def mismatch_named_by_group_rank(rank, n):
+    # Rank 3 (the second rank of host 1) passes one element more: every rank's
+    # error names group ranks, not indices within a host.
+    msg = expect_dist_error(lambda: dist.all_reduce(torch.ones(10 + (rank == 3))))
+    assert "rank 3 runs allreduce" in msg or "but rank 2 runs allreduce" in msg, msg
+    assert "rank 1 runs allreduce#0 11" not in msg, msg
+    os._exit(0)  # skip destroy: the group is broken
+
+
+def test_mismatch_across_hosts_names_group_ranks(tmp_path):
+    spawn(mismatch_named_by_group_rank, 4, tmp_path, host_of=(0, 0, 1, 1))
+
+
+def chunk_size_differs(rank, n, tmp):
+    os.environ["OREG_CCL_ZMQ_CHUNK_BYTES"] = str(65536 if rank == 1 else 524288)
+    with pytest.raises(ValueError, match="OREG_CCL_ZMQ_CHUNK_BYTES is .* it must be the same"):
+        dist.init_process_group("oreg_ccl", init_method=f"file://{tmp}/store", rank=rank,
+                                world_size=n, timeout=datetime.timedelta(seconds=60))
+    os._exit(0)
+
+
+def test_chunk_size_that_differs_between_hosts_fails_at_init(tmp_path):
+    # Receivers drop frames above their own chunk size: without the check a
+    # large collective would wait out the timeout.
+    start = time.monotonic()
+    spawn(chunk_size_differs, 2, tmp_path, str(tmp_path), host_of=(0, 1), init=False)
+    assert time.monotonic() - start < 40
 
 
 def test_hung_rank_across_hosts(tmp_path):

@@ -179,8 +179,10 @@ ShmTransport::ShmTransport(int rank, int size)
   lastLivenessCheck_ = Clock::now();
 }
 
-std::shared_ptr<ShmTransport> ShmTransport::connect(int rank, int size, const Rendezvous& rdv) {
+std::shared_ptr<ShmTransport> ShmTransport::connect(int rank, int size, const Rendezvous& rdv,
+                                                    std::vector<int> groupRanks) {
   std::shared_ptr<ShmTransport> t(new ShmTransport(rank, size));
+  t->groupRanks_ = std::move(groupRanks);
   // One random id per group instance: names never collide across jobs,
   // groups or restarts, and nobody can guess them.
   std::string id;
@@ -368,7 +370,7 @@ std::string ShmTransport::failure() const {
   }
   ShmSegmentHeader* g = maps_[0].header();
   if (g && g->failState.load(std::memory_order_acquire) == 2)
-    return "rank " + std::to_string(g->failRank) + " failed: " +
+    return "rank " + std::to_string(groupRank(g->failRank)) + " failed: " +
            std::string(g->failure, strnlen(g->failure, kFailureChars));
   return "";
 }
@@ -510,8 +512,8 @@ void ShmTransport::readFromSender(int src, Channel ch, const Inbound& in) {
 }
 
 void ShmTransport::failPeerIo(int err, const std::string& action, int peer, pid_t pid) {
-  fail("oreg_ccl: rank " + std::to_string(rank_) + " cannot " + action + " rank " +
-           std::to_string(peer) + " (pid " + std::to_string(pid) + "): " +
+  fail("oreg_ccl: rank " + std::to_string(groupRank(rank_)) + " cannot " + action + " rank " +
+           std::to_string(groupRank(peer)) + " (pid " + std::to_string(pid) + "): " +
            (err == ESRCH ? std::string("the process exited") : std::strerror(err)),
        true);
 }
@@ -600,8 +602,9 @@ void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in) {
     for (int spins = 0; rg->copied.load(std::memory_order_acquire) < chunks; ++spins) {
       checkFailure();
       if (Clock::now() >= deadline_)  // a stopped sender (SIGSTOP, debugger) is alive
-        fail("oreg_ccl: rank " + std::to_string(rank_) + ": Timed out in " + in.recv->what +
-                 " waiting for rank " + std::to_string(src) + " to finish its part of a copy",
+        fail("oreg_ccl: rank " + std::to_string(groupRank(rank_)) + ": Timed out in " +
+                 in.recv->what + " waiting for rank " + std::to_string(groupRank(src)) +
+                 " to finish its part of a copy",
              true);
       if (spins < 1000) {
         cpuRelax();
@@ -610,8 +613,9 @@ void ShmTransport::readShared(int src, ShmRing* rg, const Inbound& in) {
       const uint32_t bell = me->doorbell.load(std::memory_order_acquire);
       if (rg->copied.load(std::memory_order_acquire) >= chunks) break;
       if (!processAlive(pid))
-        fail("oreg_ccl: rank " + std::to_string(src) + " (pid " + std::to_string(pid) +
-                 ") exited while writing " + in.recv->what + " to rank " + std::to_string(rank_),
+        fail("oreg_ccl: rank " + std::to_string(groupRank(src)) + " (pid " +
+                 std::to_string(pid) + ") exited while writing " + in.recv->what + " to rank " +
+                 std::to_string(groupRank(rank_)),
              true);
       sleepOnDoorbell(bell, std::chrono::milliseconds(10));
     }
@@ -641,7 +645,7 @@ bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessa
     auto r = q.front();
     const std::string what(h.what, strnlen(h.what, sizeof(h.what)));
     if (h.tag != r->tag || r->what != what || h.bytes != r->bytes)
-      fail(mismatchMessage(rank_, *r, src, what, h.bytes), true);
+      fail(mismatchMessage(groupRank(rank_), *r, groupRank(src), what, h.bytes), true);
     q.pop_front();
     in.recv = r;
   } else {
@@ -762,7 +766,7 @@ bool ShmTransport::pollAll() {
 }
 
 void ShmTransport::sizeMismatch(const PostedRecv& r, int src, size_t sent) {
-  fail(sizeMismatchMessage(rank_, r, src, sent), false);
+  fail(sizeMismatchMessage(groupRank(rank_), r, groupRank(src), sent), false);
 }
 
 void ShmTransport::checkFailure() {
@@ -773,7 +777,8 @@ void ShmTransport::checkFailure() {
   ShmSegmentHeader* g = maps_[0].header();
   if (g && g->failState.load(std::memory_order_acquire) == 2) {
     std::string msg(g->failure, strnlen(g->failure, kFailureChars));
-    if (g->failRank != rank_) msg = "rank " + std::to_string(g->failRank) + " failed: " + msg;
+    if (g->failRank != rank_)
+      msg = "rank " + std::to_string(groupRank(g->failRank)) + " failed: " + msg;
     fail(msg, false);
   }
 }
@@ -853,8 +858,9 @@ void ShmTransport::checkPeersAlive() {
     if (p == rank_ || !involved[p]) continue;
     pid_t pid = maps_[p].header()->pid;
     if (pid > 0 && !processAlive(pid))
-      fail("oreg_ccl: rank " + std::to_string(p) + " (pid " + std::to_string(pid) +
-               ") exited while rank " + std::to_string(rank_) + " was exchanging data with it",
+      fail("oreg_ccl: rank " + std::to_string(groupRank(p)) + " (pid " + std::to_string(pid) +
+               ") exited while rank " + std::to_string(groupRank(rank_)) +
+               " was exchanging data with it",
            true);
   }
 }

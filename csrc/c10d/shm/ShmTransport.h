@@ -63,11 +63,17 @@ struct ShmMessageHeader;
 class ShmTransport final : public Transport {
  public:
   // Collective: every rank of the group calls it with the same rendezvous.
-  static std::shared_ptr<ShmTransport> connect(int rank, int size, const Rendezvous& rdv);
+  // `groupRanks[i]`: the process group's number for rank i, in messages (a
+  // host's ranks of a group that spans hosts); empty: the same numbers.
+  static std::shared_ptr<ShmTransport> connect(int rank, int size, const Rendezvous& rdv,
+                                               std::vector<int> groupRanks = {});
   ~ShmTransport() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int groupRank(int index) const override {
+    return groupRanks_.empty() ? index : groupRanks_.at(index);
+  }
   RequestPtr isend(Channel channel, int dst, uint64_t tag, const std::string& what,
                    const void* data, size_t bytes) override;
   RequestPtr irecv(Channel channel, int src, uint64_t tag, const std::string& what, size_t bytes,
@@ -189,6 +195,7 @@ class ShmTransport final : public Transport {
 
   const int rank_;
   const int size_;
+  std::vector<int> groupRanks_;  // see connect()
   const long spinUs_;
   size_t collRing_ = 0, p2pRing_ = 0, segmentBytes_ = 0;
   std::string ownName_;  // non-empty until unlinked

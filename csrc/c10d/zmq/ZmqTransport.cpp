@@ -153,6 +153,15 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
   size_t len = sizeof(endpoint);
   zmq_getsockopt(t->router_, ZMQ_LAST_ENDPOINT, endpoint, &len);
   t->endpoints_[rank] = endpoint;
+  // Receivers drop (and libzmq silently reconnects) frames above their own
+  // chunk size: a setting that differs between ranks would look like a hang.
+  rdv.set("zmq/chunk/" + std::to_string(rank), std::to_string(t->chunkBytes_));
+  for (int p = 0; p < size; ++p) {
+    const std::string theirs = rdv.get("zmq/chunk/" + std::to_string(p));
+    TORCH_CHECK_VALUE(theirs == std::to_string(t->chunkBytes_), "oreg_ccl: OREG_CCL_ZMQ_CHUNK_BYTES is ",
+                      t->chunkBytes_, " on rank ", rank, " but ", theirs, " on rank ", p,
+                      "; it must be the same on every rank of a job");
+  }
   rdv.set("zmq/endpoint/" + std::to_string(rank), endpoint);
 
   t->wakeFd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
