@@ -297,7 +297,17 @@ def killed_across_hosts(rank, n, tmp, victim):
     # Named by its group rank (not its index among its host's ranks).
     assert re.search(rf"rank {victim} \((pid \d+|tcp://)", msg), msg
     assert time.monotonic() - start < 10  # far below the 30 s group timeout
+    stay_until_all_raised(tmp, rank, [r for r in range(n) if r != victim])
     os._exit(0)  # skip destroy: the group is broken
+
+
+def stay_until_all_raised(tmp, rank, ranks):
+    """An exit would be reported to the ranks still waiting instead of the real cause."""
+    open(os.path.join(tmp, f"rank{rank}-raised"), "w").close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(tmp, f"rank{r}-raised")) for r in ranks):
+        time.sleep(0.01)
 
 
 def killed_while_sent_to(rank, n, tmp):
@@ -401,17 +411,18 @@ def test_killed_rank_across_hosts(tmp_path, victim, hosts):
           expect_exit={victim: -signal.SIGKILL})
 
 
-def mismatch_named_by_group_rank(rank, n):
+def mismatch_named_by_group_rank(rank, n, tmp):
     # Rank 3 (the second rank of host 1) passes one element more: every rank's
     # error names group ranks, not indices within a host.
     msg = expect_dist_error(lambda: dist.all_reduce(torch.ones(10 + (rank == 3))))
     assert "rank 3 runs allreduce" in msg or "but rank 2 runs allreduce" in msg, msg
     assert "rank 1 runs allreduce#0 11" not in msg, msg
+    stay_until_all_raised(tmp, rank, range(n))
     os._exit(0)  # skip destroy: the group is broken
 
 
 def test_mismatch_across_hosts_names_group_ranks(tmp_path):
-    spawn(mismatch_named_by_group_rank, 4, tmp_path, host_of=(0, 0, 1, 1))
+    spawn(mismatch_named_by_group_rank, 4, tmp_path, str(tmp_path), host_of=(0, 0, 1, 1))
 
 
 def chunk_size_differs(rank, n, tmp):
