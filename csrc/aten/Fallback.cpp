@@ -695,6 +695,13 @@ void runCached(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n
   for (auto& r : results) stack->push_back(std::move(r));
 }
 
+// The index in call.converted of the converted argument `t`, or -1.
+int convertedIndexOf(const PreparedCall& call, const at::Tensor& t) {
+  for (size_t j = 0; j < call.converted.size(); ++j)
+    if (call.converted[j].unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return static_cast<int>(j);
+  return -1;
+}
+
 // A pointwise op's CPU (and CUDA) kernel resizes an out= argument to the
 // layout TensorIterator computes from the inputs (a transposed or
 // channels-last input gives a like-laid-out result); some Meta kernels (Python
@@ -713,12 +720,10 @@ void outLayoutAsTensorIterator(const c10::OperatorHandle& op, const PreparedCall
       if (a.toTensor().defined()) inputs.push_back(a.toTensor());
       continue;
     }
-    for (size_t j = 0; j < meta_call.converted.size(); ++j) {
-      if (meta_call.converted[j].unsafeGetTensorImpl() != a.toTensor().unsafeGetTensorImpl())
-        continue;
-      if (meta_call.originals[j].sizes() == meta_call.converted[j].sizes()) return;  // kept
-      outs.push_back(j);
-    }
+    const int j = convertedIndexOf(meta_call, a.toTensor());
+    if (j < 0) continue;
+    if (meta_call.originals[j].sizes() == meta_call.converted[j].sizes()) return;  // kept
+    outs.push_back(j);
   }
   if (outs.empty() || inputs.empty()) return;
   const std::vector<at::Tensor> unallocated(outs.size());  // the config borrows them
@@ -749,14 +754,12 @@ void outLayoutAsTensorIterator(const c10::OperatorHandle& op, const PreparedCall
 void keepOutStridesOfRightShape(const c10::FunctionSchema& schema, const PreparedCall& meta_call) {
   for (size_t i = 0; i < meta_call.args.size() && i < schema.arguments().size(); ++i) {
     if (!schema.arguments()[i].is_out() || !meta_call.args[i].isTensor()) continue;
-    c10::TensorImpl* impl = meta_call.args[i].toTensor().unsafeGetTensorImpl();
-    for (size_t j = 0; j < meta_call.converted.size(); ++j) {
-      const at::Tensor& original = meta_call.originals[j];
-      if (meta_call.converted[j].unsafeGetTensorImpl() == impl &&
-          original.sizes() == meta_call.converted[j].sizes())
-        impl->set_sizes_and_strides(original.sizes(), original.strides(),
-                                    original.storage_offset());
-    }
+    const int j = convertedIndexOf(meta_call, meta_call.args[i].toTensor());
+    if (j < 0) continue;
+    const at::Tensor& original = meta_call.originals[j];
+    if (original.sizes() == meta_call.converted[j].sizes())
+      meta_call.converted[j].unsafeGetTensorImpl()->set_sizes_and_strides(
+          original.sizes(), original.strides(), original.storage_offset());
   }
 }
 
@@ -892,11 +895,10 @@ namespace {
 // device-side checks are.)
 void checkHostVisibleZeroDivisor(const c10::OperatorHandle& op, const c10::IValue* args,
                                  size_t num_args) {
-  static const std::unordered_set<std::string> kDivisions = {
-      "aten::floor_divide", "aten::floor_divide_", "aten::remainder", "aten::remainder_",
-      "aten::fmod", "aten::fmod_", "aten::div", "aten::div_"};
-  if (num_args < 2 || !kDivisions.count(op.schema().name())) return;
-  if (!args[0].isTensor() || !c10::isIntegralType(args[0].toTensor().scalar_type(), false)) return;
+  // The cheap tests first: this runs for every call of the fallback.
+  if (num_args < 2 || !args[0].isTensor() ||
+      !c10::isIntegralType(args[0].toTensor().scalar_type(), false))
+    return;
   const c10::IValue& divisor = args[1];
   bool zero = false;
   if (divisor.isScalar()) {
@@ -906,7 +908,10 @@ void checkHostVisibleZeroDivisor(const c10::OperatorHandle& op, const c10::IValu
     const at::Tensor& t = divisor.toTensor();
     zero = c10::isIntegralType(t.scalar_type(), false) && t.numel() > 0 && !t.all().item<bool>();
   }
-  if (!zero) return;
+  static const std::unordered_set<std::string> kDivisions = {
+      "aten::floor_divide", "aten::floor_divide_", "aten::remainder", "aten::remainder_",
+      "aten::fmod", "aten::fmod_", "aten::div", "aten::div_"};
+  if (!zero || !kDivisions.count(op.schema().name())) return;
   torch::jit::Stack probe(args, args + num_args);
   probe[0] = at::ones({1}, args[0].toTensor().options().device(c10::kCPU));
   for (size_t i = 2; i < num_args; ++i)  // an out= argument

@@ -1,8 +1,8 @@
 // The name of the operator that is launching a kernel, for the race checker's
 // reports ("a kernel of aten::mul_ on stream 1 ... that a kernel of
 // aten::fill_ on stream 0 wrote"). Kept with a RecordFunction callback (the
-// hook PyTorch's profiler uses), installed the first time the checker sees a
-// launch: until then, and off, no op pays for it.
+// hook PyTorch's profiler uses), installed when the checker is turned on
+// (Module.cpp): until then no op pays for it.
 #pragma once
 
 namespace openreg {

@@ -40,6 +40,14 @@ bool sameNumel(const at::Tensor& ref, const std::vector<at::Tensor>& ts) {
   return std::all_of(ts.begin(), ts.end(), [&](const at::Tensor& t) { return t.numel() == ref.numel(); });
 }
 
+// The description a list of unequal sizes is matched by across ranks: every
+// rank knows every size from its own list.
+std::string describeSizes(c10::ScalarType dtype, const std::vector<at::Tensor>& ts) {
+  std::string desc = c10::str(dtype, " of sizes");
+  for (const auto& t : ts) desc += c10::str(" ", t.numel());
+  return desc;
+}
+
 // Copy `parts` (same size each) into one contiguous host buffer of `dtype`.
 at::Tensor packed(const std::vector<at::Tensor>& parts, c10::ScalarType dtype) {
   int64_t each = parts.empty() ? 0 : parts[0].numel();
@@ -297,17 +305,12 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherUneven(const std::vector<at
   const int me = getRank();
   TORCH_CHECK_VALUE(outs.size() == size_t(getSize()), "oreg_ccl: allgather expects ", getSize(),
                     " output tensors, got ", outs.size());
-  checkSameDevice(in, outs, "allgather");
-  for (const auto& o : outs)
-    TORCH_CHECK_VALUE(o.scalar_type() == in.scalar_type(), "oreg_ccl: allgather: dtype mismatch, "
-                      "expected ", in.scalar_type(), " got ", o.scalar_type());
+  checkSameType(in, outs, "allgather");
   TORCH_CHECK_VALUE(outs[me].numel() == in.numel(), "oreg_ccl: allgather: output ", me, " has ",
                     outs[me].numel(), " elements, this rank's input ", in.numel());
   checkWritable(outs, "allgather");
-  // Every rank knows every size from its output list: the same on all ranks.
-  std::string desc = c10::str(in.scalar_type(), " of sizes");
-  for (const auto& o : outs) desc += c10::str(" ", o.numel());
-  return enqueue(c10d::OpType::ALLGATHER, "allgather", desc, {in}, outs, call,
+  return enqueue(c10d::OpType::ALLGATHER, "allgather", describeSizes(in.scalar_type(), outs), {in},
+                 outs, call,
                  [outs = forWorker(outs), in = forWorker(in)](Collective& c) {
                    for (int p = 0; p < c.size(); ++p) {
                      const bool mine = p == c.rank();
@@ -496,19 +499,14 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterUneven(
     const at::Tensor& out, const std::vector<at::Tensor>& ins,
     const c10d::ReduceScatterOptions& opts) {
   const int me = getRank();
-  checkSameDevice(out, ins, "reduce_scatter");
-  for (const auto& t : ins)
-    TORCH_CHECK_VALUE(t.scalar_type() == out.scalar_type(), "oreg_ccl: reduce_scatter: dtype "
-                      "mismatch, expected ", out.scalar_type(), " got ", t.scalar_type());
+  checkSameType(out, ins, "reduce_scatter");
   TORCH_CHECK_VALUE(ins[me].numel() == out.numel(), "oreg_ccl: reduce_scatter: input ", me,
                     " has ", ins[me].numel(), " elements, the output ", out.numel());
   ReduceSpec spec = reduceSpec(opts.reduceOp, out, "reduce_scatter");
   std::vector<at::Tensor> reads = ins;
   if (spec.factorTensor.defined()) reads.push_back(spec.factorTensor);
-  std::string desc = c10::str(out.scalar_type(), " of sizes");
-  for (const auto& t : ins) desc += c10::str(" ", t.numel());
-  return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", desc + " " + spec.name, reads,
-                 {out}, callOf(opts),
+  return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter",
+                 describeSizes(out.scalar_type(), ins) + " " + spec.name, reads, {out}, callOf(opts),
                  [out = forWorker(out), ins = forWorker(ins), spec = forWorker(spec)](Collective& c) {
                    for (int p = 0; p < c.size(); ++p) {
                      // A private copy: reduce may use the buffers of every rank.

@@ -43,15 +43,19 @@ void checkSameDevice(const at::Tensor& ref, const std::vector<at::Tensor>& ts, c
   }
 }
 
-void checkSameTypeAndSize(const at::Tensor& ref, const std::vector<at::Tensor>& ts,
-                          const char* op) {
+void checkSameType(const at::Tensor& ref, const std::vector<at::Tensor>& ts, const char* op) {
   checkSameDevice(ref, ts, op);
-  for (const auto& t : ts) {
+  for (const auto& t : ts)
     TORCH_CHECK_VALUE(t.scalar_type() == ref.scalar_type(), "oreg_ccl: ", op,
                       ": dtype mismatch, expected ", ref.scalar_type(), " got ", t.scalar_type());
+}
+
+void checkSameTypeAndSize(const at::Tensor& ref, const std::vector<at::Tensor>& ts,
+                          const char* op) {
+  checkSameType(ref, ts, op);
+  for (const auto& t : ts)
     TORCH_CHECK_VALUE(t.numel() == ref.numel(), "oreg_ccl: ", op, ": size mismatch, expected ",
                       ref.numel(), " elements got ", t.numel());
-  }
 }
 
 std::string describe(const at::Tensor& t) {

@@ -27,6 +27,8 @@ void checkSameDevice(const at::Tensor& ref, const std::vector<at::Tensor>& ts, c
 // is refused at the call, as ATen's in-place ops refuse it, instead of
 // failing the whole group on the worker when the result is copied back.
 void checkWritable(const std::vector<at::Tensor>& ts, const char* op);
+// Every tensor on ref's device with ref's dtype (and, the second, its element count).
+void checkSameType(const at::Tensor& ref, const std::vector<at::Tensor>& ts, const char* op);
 void checkSameTypeAndSize(const at::Tensor& ref, const std::vector<at::Tensor>& ts,
                           const char* op);
 // "float32[2, 3]" — part of the description ranks compare on the wire.

@@ -8,9 +8,22 @@ import torch.distributed as dist
 from _harness import info_of, spawn
 
 
-def stream_order(rank, n):
+
+def rank_device(rank):
+    """This rank's openreg device, made current."""
     dev = torch.device("openreg", rank)
     torch.openreg.set_device(dev)
+    return dev
+
+
+def all_reduce_joined_late(x, rank, seconds):
+    """An async all_reduce that rank 1 joins `seconds` late: rank 0's stays pending meanwhile."""
+    if rank == 1:
+        time.sleep(seconds)
+    return dist.all_reduce(x, async_op=True)
+
+def stream_order(rank, n):
+    dev = rank_device(rank)
     # The collective is ordered after work queued on the current stream, and
     # issuing it does not block the host.
     t = torch.zeros(1000, device=dev)
@@ -69,8 +82,7 @@ def test_stream_ordering_async_and_futures(tmp_path):
 
 
 def back_to_back(rank, n):
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
+    dev = rank_device(rank)
     info = lambda: dist.group.WORLD._get_backend(dev)._network_info()  # noqa: E731
     # Each collective reads what the one before wrote; with nothing else
     # queued between them, only the first needs a marker kernel.
@@ -128,8 +140,7 @@ def test_back_to_back_collectives_skip_stream_markers_only_when_safe(tmp_path):
 
 def device_and_baseline(rank):
     """This rank's device and its allocated bytes once the group's own buffers exist."""
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
+    dev = rank_device(rank)
     dist.all_reduce(torch.ones(1, device=dev))
     torch.openreg.synchronize()
     return dev, torch.openreg.memory_allocated(dev)
@@ -179,9 +190,7 @@ def released_at_wait(rank, n):
     # A future requested after wait() still completes once the work is gone:
     # the worker's reference turns strong again.
     t = torch.ones(8, device=dev)
-    if rank == 1:
-        time.sleep(0.3)
-    work = dist.all_reduce(t, async_op=True)
+    work = all_reduce_joined_late(t, rank, 0.3)
     work.wait()
     fut = work.get_future()
     del work
@@ -363,8 +372,7 @@ def rng_state_with_future_pending(rank, n):
     # collective whose device future was taken (its future stream holds until
     # the peer joins): rank 1 joins g1 only after a barrier on g2 that rank 0
     # reaches after get_rng_state, an order NCCL allows.
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
+    dev = rank_device(rank)
     g1, g2 = dist.new_group([0, 1]), dist.new_group([0, 1])
     x = torch.ones(4, device=dev)
     if rank == 0:
@@ -406,13 +414,10 @@ def test_all_to_all_single_in_place(tmp_path, device_type):
 
 
 def device_synchronize_waits_for_collectives(rank, n):
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
+    dev = rank_device(rank)
     torch.openreg.sanitizer.enable()  # and the race checker takes it as a wait
     x = torch.ones(1000, device=dev)
-    if rank == 1:
-        time.sleep(0.5)  # rank 0's collective waits for this rank
-    work = dist.all_reduce(x, async_op=True)
+    work = all_reduce_joined_late(x, rank, 0.5)
     # As cudaDeviceSynchronize waits for NCCL's kernels: no wait() needed.
     torch.openreg.synchronize()
     assert work.is_completed()
@@ -424,8 +429,7 @@ def test_device_synchronize_waits_for_collectives(tmp_path):
 
 
 def device_synchronize_reports_unwaited_failures(rank, n):
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
+    dev = rank_device(rank)
     x = torch.ones(1000 + rank, device=dev)  # sizes differ: the collective fails
     work = dist.all_reduce(x, async_op=True)
     # Nobody waited for it: the synchronisation that covers it raises rather
@@ -447,8 +451,7 @@ def synchronize_in_worker_callbacks(rank, n):
     # synchronisation there must not wait for operations queued behind them
     # (here each group's device collective waits for the other group's
     # callback): it waits for the streams only.
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
+    dev = rank_device(rank)
     other = dist.new_group([0, 1])
     if rank == 1:
         time.sleep(1.0)
@@ -474,8 +477,7 @@ def test_device_synchronize_in_worker_callbacks_does_not_deadlock(tmp_path):
 
 def synchronize_in_forked_child(rank, n):
     import os
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
+    dev = rank_device(rank)
     if rank == 1:
         time.sleep(3.0)
     x = torch.ones(4, device=dev)
@@ -508,8 +510,7 @@ def test_device_synchronize_in_a_forked_child_raises(tmp_path):
 
 
 def coalesced_premul_factor_outlives_the_caller(rank, n):
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
+    dev = rank_device(rank)
     a, b = torch.ones(4, device=dev), torch.ones(3, device=dev)
     if rank == 1:
         time.sleep(0.5)  # rank 0's operation stays pending
@@ -553,12 +554,9 @@ def test_coalesced_collectives_reject_tensors_on_several_devices(tmp_path):
 
 def wait_with_a_timeout(rank, n):
     from datetime import timedelta
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
+    dev = rank_device(rank)
     x = torch.ones(4, device=dev)
-    if rank == 1:
-        time.sleep(3.0)
-    work = dist.all_reduce(x, async_op=True)
+    work = all_reduce_joined_late(x, rank, 3.0)
     if rank == 0:
         # As NCCL's: with a timeout the host waits, up to it, and raises.
         start = time.monotonic()
