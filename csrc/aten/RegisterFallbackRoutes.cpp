@@ -10,6 +10,9 @@
 //    promises CPU-exact numbers. (native_layer_norm has a native kernel, Nn.cpp.)
 //  - mode.values (out=): the composite kernel accepts only CPU, CUDA and XPU
 //    tensors.
+//  - mse_loss, smooth_l1_loss: the composite kernel calls the .out op with the
+//    reduced 0-dim output, and the CPU .out kernel first sizes it elementwise,
+//    warning about resizing a non-empty out= on every call.
 #include <torch/library.h>
 
 #include "Kernels.h"
@@ -20,7 +23,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   const auto route = [] { return torch::CppFunction::makeFromBoxedFunction<&fallback>(); };
   for (const char* name : {"convolution", "convolution_backward", "_convolution",
                            "_convolution.deprecated", "addr", "addr.out",
-                           "native_group_norm", "linalg__powsum", "mode.values"})
+                           "native_group_norm", "linalg__powsum", "mode.values", "mse_loss",
+                           "smooth_l1_loss"})
     m.impl(name, route());
 }
 
