@@ -123,3 +123,79 @@ def test_activation_checkpointing_replays_dropout_masks(use_reentrant):
     assert torch.equal(out_a, out_b)
     assert torch.equal(grad_a, grad_b)
     assert grad_a.count_nonzero() > 0
+
+
+# A saved state replays its numbers wherever it is restored in the process, as
+# CUDA's (seed, offset) does: after a reseed, in another generator or device,
+# through a copy of the generator, and when draws of different sizes reached the
+# same (seed, offset) (every kernel adds the same offset, as small CUDA ones do).
+
+def test_checkpoint_replays_dropout_after_a_reseed_between_forward_and_backward():
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+    x = torch.randn(64, 64, device="openreg", requires_grad=True)
+    y = checkpoint(lambda t: torch.nn.functional.dropout(t, 0.5, True) * 3, x, use_reentrant=False)
+    torch.manual_seed(1234)  # e.g. an evaluation between forward and backward
+    y.sum().backward()
+    assert torch.equal((y != 0).cpu(), (x.grad != 0).cpu())
+
+
+def test_fork_rng_with_a_reseed_inside_restores_the_outer_sequence():
+    def draws(fork):
+        torch.openreg.manual_seed(0)
+        torch.rand(10, device="openreg")
+        if fork:
+            with torch.random.fork_rng(devices=[0], device_type="openreg"):
+                torch.openreg.manual_seed(123)
+                torch.randn(4, device="openreg")
+        return torch.rand(5, device="openreg").cpu()
+
+    assert torch.equal(draws(fork=True), draws(fork=False))
+
+
+def test_a_state_restored_into_another_device_or_generator_continues_its_sequence():
+    torch.openreg.manual_seed_all(0)
+    torch.rand(10, device="openreg:0")
+    state = torch.openreg.get_rng_state(0)
+    torch.openreg.set_rng_state(state, 1)
+    g = torch.Generator("openreg:0")
+    g.set_state(state)
+    expected = torch.rand(5, device="openreg:0").cpu()
+    assert torch.equal(torch.rand(5, device="openreg:1").cpu(), expected)
+    assert torch.equal(torch.rand(5, device="openreg:0", generator=g).cpu(), expected)
+
+
+def test_copies_of_a_generator_continue_its_sequence():
+    import copy
+    import pickle
+    g = torch.Generator("openreg").manual_seed(3)
+    torch.rand(100, device="openreg", generator=g)
+    deep, pickled = copy.deepcopy(g), pickle.loads(pickle.dumps(g))
+    expected = torch.rand(5, device="openreg", generator=g).cpu()
+    assert torch.equal(torch.rand(5, device="openreg", generator=deep).cpu(), expected)
+    assert torch.equal(torch.rand(5, device="openreg", generator=pickled).cpu(), expected)
+
+
+def test_a_state_reached_again_by_other_draws_still_replays():
+    g = torch.Generator("openreg").manual_seed(0)
+    s0 = g.get_state()
+    torch.rand(1000, device="openreg", generator=g)
+    s1 = g.get_state()
+    expected = torch.rand(5, device="openreg", generator=g).cpu()
+    g.set_state(s0)
+    torch.rand(3, device="openreg", generator=g)  # one kernel too: s1's (seed, offset)
+    g.set_state(s1)
+    assert torch.equal(torch.rand(5, device="openreg", generator=g).cpu(), expected)
+
+
+def test_devices_seeded_alike_restore_their_own_states():
+    # Same seed on both devices, different draws: equal (seed, offset) pairs
+    # that name different positions (get/set_rng_state_all, as fork_rng does).
+    torch.openreg.manual_seed_all(5)
+    torch.rand(3, device="openreg:0")
+    torch.rand(999, device="openreg:1")
+    states = torch.openreg.get_rng_state_all()
+    expected = [torch.rand(4, device=f"openreg:{d}").cpu() for d in (0, 1)]
+    torch.openreg.set_rng_state_all(states)
+    for d in (0, 1):
+        assert torch.equal(torch.rand(4, device=f"openreg:{d}").cpu(), expected[d])
