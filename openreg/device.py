@@ -14,12 +14,21 @@ _DeviceLike = Union[torch.device, str, int, None]
 
 
 def _lazy_init() -> None:
-    """Raises in a forked child of an initialised parent (CUDA's rule)."""
+    """Initialises the device runtime, as torch.cuda._lazy_init: PyTorch calls it
+    (torch.accelerator.set_device_index, set_stream) and then expects
+    is_initialized() to be true (DeviceMesh keeps a device chosen before it only
+    then). Raises in a forked child of an initialised parent (CUDA's rule)."""
     if _C._is_forked_child():
         raise RuntimeError(
             "Cannot re-initialize openreg in forked subprocess. To use openreg with "
             "multiprocessing, you must use the 'spawn' start method"
         )
+    _C._init()
+
+
+def init() -> None:
+    """Initialises openreg's state (torch.cuda.init); a no-op once initialised."""
+    _lazy_init()
 
 
 def _get_device_index(device: _DeviceLike, optional: bool = True) -> int:

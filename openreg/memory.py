@@ -10,31 +10,38 @@ from typing import Any
 import torch
 
 from . import _C
-from .device import _get_device_index, _lazy_init
+from .device import _get_device_index, _lazy_init, is_initialized
 
 
 # The statistics come from the allocator through torch.accelerator, which
-# already flattens them into torch.cuda.memory_stats' key names.
+# already flattens them into torch.cuda.memory_stats' key names. Before the
+# device is initialised (and in a forked child of an initialised parent)
+# there is nothing to report: torch.cuda then returns {} / 0 without raising.
 
 def memory_stats(device=None) -> "OrderedDict[str, Any]":
-    _lazy_init()
+    if not is_initialized():
+        return OrderedDict()
     return torch.accelerator.memory_stats(_get_device_index(device))
 
 
+def _stat(query, device) -> int:
+    return query(_get_device_index(device)) if is_initialized() else 0
+
+
 def memory_allocated(device=None) -> int:
-    return torch.accelerator.memory_allocated(_get_device_index(device))
+    return _stat(torch.accelerator.memory_allocated, device)
 
 
 def max_memory_allocated(device=None) -> int:
-    return torch.accelerator.max_memory_allocated(_get_device_index(device))
+    return _stat(torch.accelerator.max_memory_allocated, device)
 
 
 def memory_reserved(device=None) -> int:
-    return torch.accelerator.memory_reserved(_get_device_index(device))
+    return _stat(torch.accelerator.memory_reserved, device)
 
 
 def max_memory_reserved(device=None) -> int:
-    return torch.accelerator.max_memory_reserved(_get_device_index(device))
+    return _stat(torch.accelerator.max_memory_reserved, device)
 
 
 def reset_peak_memory_stats(device=None) -> None:
@@ -47,8 +54,8 @@ def reset_accumulated_memory_stats(device=None) -> None:
 
 def empty_cache() -> None:
     """Returns cached, unused device memory to the (simulated) driver."""
-    _lazy_init()
-    _C._empty_cache()
+    if is_initialized():
+        _C._empty_cache()
 
 
 def mem_get_info(device=None) -> tuple:

@@ -20,7 +20,11 @@ class _DefaultGenerators:
 
     def __getitem__(self, index: int) -> torch.Generator:
         _lazy_init()
-        return _C._default_generator(_get_device_index(index))
+        if isinstance(index, int) and index < 0:
+            index += len(self)  # a tuple's rule, as torch.cuda.default_generators
+        if not isinstance(index, int) or not 0 <= index < len(self):
+            raise IndexError("tuple index out of range")
+        return _C._default_generator(index)
 
     def __len__(self) -> int:
         return device_count()

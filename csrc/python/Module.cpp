@@ -50,6 +50,7 @@ PYBIND11_MODULE(_C, m) {
     OPENREG_CHECK(orInit());
     set_device(static_cast<c10::DeviceIndex>(d));
   });
+  m.def("_init", [] { OPENREG_CHECK(orInit()); });  // torch.openreg._lazy_init
   m.def("_exchange_device", [](int d) {
     return static_cast<int>(exchange_device(static_cast<c10::DeviceIndex>(d)));
   });

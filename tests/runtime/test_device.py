@@ -247,3 +247,49 @@ def test_set_device_initialises_as_torch_cuda(python):
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "True", "1"]
+
+
+def test_lazy_init_from_torch_initialises_so_device_mesh_keeps_the_chosen_device(python, tmp_path):
+    # PyTorch calls torch.openreg._lazy_init() (torch.accelerator.set_device_index)
+    # and then trusts is_initialized(): init_device_mesh resets the device of an
+    # uninitialised module to LOCAL_RANK or 0.
+    r = python(f"""
+        import torch, torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        torch.accelerator.set_device_index(2)
+        print(torch.openreg.is_initialized())
+        dist.init_process_group("gloo", init_method="file://{tmp_path}/store", rank=0, world_size=1)
+        init_device_mesh("openreg", (1,))
+        print(torch.accelerator.current_device_index())
+        dist.destroy_process_group()
+    """, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "2"]
+
+
+def test_memory_queries_in_a_forked_child_report_nothing_instead_of_raising(python):
+    # torch.cuda's memory queries and empty_cache do nothing when CUDA is not
+    # initialised, which includes a forked child of an initialised parent.
+    r = python("""
+        import os, torch
+        print(torch.openreg.memory_stats() == {}, torch.openreg.memory_allocated())
+        kept = torch.ones(1, device="openreg")
+        pid = os.fork()
+        if pid == 0:
+            ok = (torch.openreg.memory_stats() == {} and torch.openreg.memory_allocated() == 0
+                  and torch.openreg.max_memory_reserved() == 0)
+            torch.openreg.empty_cache()
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status), torch.openreg.memory_allocated() > 0)
+    """, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["True", "0", "0", "True"]
+
+
+def test_default_generators_index_like_a_tuple():
+    gens = torch.openreg.default_generators
+    assert gens[-1].device == torch.device("openreg", len(gens) - 1)
+    assert gens[-len(gens)].device == torch.device("openreg", 0)
+    with pytest.raises(IndexError):
+        gens[len(gens)]
