@@ -444,6 +444,7 @@ bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
   const pid_t pid = maps_[dst].header()->pid;
   bool progressed = false;
   for (uint64_t i; (i = claimChunk(rg->claim, a.seq, chunks)) < chunks;) {
+    size_t put = 0;
     {
       // Counted even if the write fails: the reader must not wait for it.
       struct Counted {
@@ -454,7 +455,7 @@ bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
       const size_t off = i * kShareChunk, n = std::min(kShareChunk, a.bytes - off);
       char* to = reinterpret_cast<char*>(rg->destination.load(std::memory_order_relaxed)) + off;
       char* mapped = peerMemory(dst, rg->destinationDevice, a.bytes);
-      for (size_t put = 0; put < n && !offerClosed(rg->claim, a.seq);) {
+      while (put < n && !offerClosed(rg->claim, a.seq)) {
         const size_t piece = std::min(kSharePiece, n - put);
         if (mapped) {
           copyMessage(mapped + off + put, a.data + off + put, piece, a.bytes);
@@ -470,7 +471,8 @@ bool ShmTransport::writeShare(int dst, ShmRing* rg, const AwaitingAck& a) {
       }
     }
     ring(dst);
-    sharedChunksWritten_.fetch_add(1, std::memory_order_relaxed);
+    // Only chunks with bytes in them: the offer may close before the first piece.
+    if (put > 0) sharedChunksWritten_.fetch_add(1, std::memory_order_relaxed);
     progressed = true;
   }
   return progressed;
