@@ -57,7 +57,7 @@ std::vector<at::Tensor> OregWork::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> OregWork::getFuture() {
   if (!futureRequested_.exchange(true) && !futureStreams_ && isCompleted())
-    orSanitizerHostJoin(sanitizerPoint_);
+    sanitizerJoinHost();
   if (auto ref = workerRef_.lock()) ref->pin(c10::intrusive_ptr<OregWork>::reclaim_copy(this));
   if (futureStreams_) std::call_once(deviceFutureOnce_, [this] { future_ = makeDeviceFuture(); });
   return future_;
@@ -84,7 +84,7 @@ c10::intrusive_ptr<c10::ivalue::Future> OregWork::makeDeviceFuture() {
     // and user. As NCCL's, the future carries no error; the work and the
     // group's next call do (it fails them all).
     const c10::Stream stream = futureStreams_->of(device.index());
-    orSanitizerStreamJoin(rawStream(stream), sanitizerPoint_);
+    sanitizerJoinStream(rawStream(stream));
     if (!done) launchKernel(stream, holdUntilDone(/*raises=*/false));
     // The future's event is recorded on the current stream of its device.
     c10::StreamGuard current(stream);
@@ -161,7 +161,7 @@ void OregWork::complete(std::exception_ptr error) {
   if (futureStreams_) return;  // a device future completes in getFuture()
   // Whoever waits for the future sees the outputs final: for the race checker,
   // the host saw the operation end (here already, the host clock being one).
-  if (futureRequested_.load()) orSanitizerHostJoin(sanitizerPoint_);
+  if (futureRequested_.load()) sanitizerJoinHost();
   // A host future's callbacks run here, on the worker thread.
   if (error)
     future_->setError(error);
@@ -231,13 +231,13 @@ bool OregWork::waitHost(std::chrono::milliseconds timeout) {
                      " did not complete within the ", timeout.count(), " ms given to wait()");
   }
   if (exception_) std::rethrow_exception(exception_);
-  orSanitizerHostJoin(sanitizerPoint_);
+  sanitizerJoinHost();
   return true;
 }
 
 bool OregWork::isCompleted() {
   const bool done = c10d::Work::isCompleted();
-  if (done) orSanitizerHostJoin(sanitizerPoint_);
+  if (done) sanitizerJoinHost();
   return done;
 }
 
@@ -250,7 +250,7 @@ void OregWork::blockStream() {
     if (done && exception_) std::rethrow_exception(exception_);
   }
   const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device_));
-  orSanitizerStreamJoin(rawStream(stream), sanitizerPoint_);
+  sanitizerJoinStream(rawStream(stream));
   if (done) {
     // Outside mutex_: dropping a tensor may take the GIL, and a thread holding
     // the GIL may be waiting for mutex_ (is_completed()).
@@ -289,6 +289,16 @@ void OregWork::synchronize() {
     blockStream();
 }
 
+void OregWork::sanitizerJoinHost() const {
+  orSanitizerHostJoin(sanitizerPoint_);
+  for (const auto& p : partPoints_) orSanitizerHostJoin(p);
+}
+
+void OregWork::sanitizerJoinStream(orStream stream) const {
+  orSanitizerStreamJoin(stream, sanitizerPoint_);
+  for (const auto& p : partPoints_) orSanitizerStreamJoin(stream, p);
+}
+
 bool OregWork::wait(std::chrono::milliseconds timeout) {
   if (blockHost_) return waitHost(timeout);
   // As NCCL's: given a timeout, the host waits for the operation too, and
@@ -315,8 +325,9 @@ c10::intrusive_ptr<OregWork> OregWork::combine(
   // wait() on the group releases every part's tensors.
   for (auto& p : parts) {
     all->stashes_.insert(all->stashes_.end(), p->stashes_.begin(), p->stashes_.end());
-    // The parts ran in order on the group's lane: the last covers the rest.
-    if (p->sanitizerPoint_) all->sanitizerPoint_ = p->sanitizerPoint_;
+    // Sends and receives run on lanes of their own (one per peer and
+    // direction), so no part's point covers the others: join each.
+    if (p->sanitizerPoint_) all->partPoints_.push_back(p->sanitizerPoint_);
   }
   if (parts.empty()) {
     all->complete(nullptr);

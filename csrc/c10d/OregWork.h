@@ -110,6 +110,9 @@ class OregWork : public c10d::Work {
   void unstash();  // on the caller's thread: dropping a tensor may take the GIL
 
   void blockStream();
+  // Orders the host / a stream after this operation for the race checker.
+  void sanitizerJoinHost() const;
+  void sanitizerJoinStream(orStream stream) const;
   // A kernel that holds its stream until this work completes; `raises`: then
   // raises its error there (a failed collective fails the stream it was
   // waited on, as a failed NCCL kernel).
@@ -126,6 +129,7 @@ class OregWork : public c10d::Work {
   std::weak_ptr<WorkerRef> workerRef_;  // set when releasable
   std::shared_ptr<StreamOrder> streamOrder_;  // set by extendsStreamOrder
   orSanitizerPoint sanitizerPoint_;  // null unless the race checker is on
+  std::vector<orSanitizerPoint> partPoints_;  // a coalesced group's parts' points
   const void* owner_ = nullptr;
   std::atomic<bool> futureRequested_{false};  // getFuture() was called
   const int device_;

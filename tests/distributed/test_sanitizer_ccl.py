@@ -169,3 +169,28 @@ def p2p_of_one_buffer(rank, n):
 
 def test_sends_and_receives_of_one_buffer_race(tmp_path):
     spawn(p2p_of_one_buffer, 2, tmp_path, pg_timeout=10)
+
+
+def batch_waited_then_used(rank, n):
+    # wait() on a batch orders the stream after every part, each on its own
+    # lane (one per peer and direction): the tensors are then free to use.
+    dev = checked_device(rank)
+    nxt, prv = (rank + 1) % n, (rank - 1) % n
+    for recv_first in (True, False):
+        s = torch.full((1024,), float(rank), device=dev)
+        r = torch.full((1024,), -1.0, device=dev)
+        ops = [dist.P2POp(dist.isend, s, nxt), dist.P2POp(dist.irecv, r, prv)]
+        if recv_first:
+            ops.reverse()
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        assert (r + 0).cpu().eq(prv).all(), r  # read what the receive wrote
+        s.fill_(5.0)  # write what the send read
+        torch.openreg.synchronize()
+    x = torch.ones(4, device=dev)
+    dist.all_reduce(x)  # the group is still healthy
+    assert x.cpu().eq(n).all(), x
+
+
+def test_a_waited_batch_orders_every_part(tmp_path):
+    spawn(batch_waited_then_used, 3, tmp_path, timeout=90)
