@@ -194,7 +194,9 @@ c10::intrusive_ptr<c10d::Work> OregBackend::broadcast(std::vector<at::Tensor>& t
   TORCH_CHECK_VALUE(opts.rootTensor == 0, "oreg_ccl: broadcast: rootTensor must be 0");
   checkRoot(opts.rootRank, getSize(), "broadcast");
   int root = static_cast<int>(opts.rootRank);
-  if (getRank() != root) checkWritable({t}, "broadcast");
+  // On every rank, root included, so that all refuse together (NCCL refuses
+  // such a tensor everywhere): a lone refusal would leave the others waiting.
+  checkWritable({t}, "broadcast");
   return enqueue(c10d::OpType::BROADCAST, "broadcast",
                  describe(t) + " root " + std::to_string(root), {t}, {t}, callOf(opts),
                  [t = forWorker(t), root](Collective& c) {
@@ -212,7 +214,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduce(std::vector<at::Tensor>& tens
   checkRoot(opts.rootRank, getSize(), "reduce");
   ReduceSpec spec = reduceSpec(opts.reduceOp, t, "reduce");
   int root = static_cast<int>(opts.rootRank);
-  if (getRank() == root) checkWritable({t}, "reduce");
+  checkWritable({t}, "reduce");  // on every rank, as broadcast
   std::vector<at::Tensor> inputs{t};
   if (spec.factorTensor.defined()) inputs.push_back(spec.factorTensor);
   return enqueue(c10d::OpType::REDUCE, "reduce",

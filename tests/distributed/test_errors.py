@@ -58,8 +58,12 @@ def mismatches(rank, n):
         dist.all_reduce(torch.ones(1).expand(4))
     with pytest.raises(RuntimeError, match=r"oreg_ccl: \w+: unsupported operation"):
         dist.all_gather_into_tensor(torch.zeros(1).expand(2 * n), torch.ones(2))
+    # broadcast / reduce: refused on every rank, the root (which only reads)
+    # included, so that no rank goes on alone (NCCL refuses them everywhere).
     with pytest.raises(RuntimeError, match=r"oreg_ccl: \w+: unsupported operation"):
-        dist.broadcast(torch.zeros(1).expand(3), src=1 - rank)  # written on the receiver only
+        dist.broadcast(torch.zeros(1).expand(3), src=0)
+    with pytest.raises(RuntimeError, match=r"oreg_ccl: \w+: unsupported operation"):
+        dist.reduce(torch.ones(1).expand(3), dst=0)
     # A PREMUL_SUM factor on another device than the reduced tensor.
     factor = torch.tensor([2.0], device=torch.device("openreg", rank))
     with pytest.raises(ValueError, match="factor is on openreg"):
