@@ -135,20 +135,47 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
   const auto timeout = options_->timeout;
   storePrefix_ = attemptPrefix(store, rank, size, timeout);
   const std::string& prefix = storePrefix_;
+  // A rank that fails to set up its part (a bad OREG_CCL_SOCKET_IFNAME, no
+  // shared memory) says so under `failed`, and the ranks waiting for its keys
+  // raise that at once instead of the store's timeout long after.
+  const std::string failedKey = prefix + "failed";
   Rendezvous rdv{
       [store, prefix](const std::string& k, const std::string& v) {
         store->set(prefix + k, std::vector<uint8_t>(v.begin(), v.end()));
       },
-      [store, prefix, timeout](const std::string& k) {
-        store->wait({prefix + k}, timeout);
+      [store, prefix, failedKey, timeout, rank](const std::string& k) {
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        auto delay = std::chrono::microseconds(50);
+        while (!store->check({prefix + k})) {
+          if (store->check({failedKey})) {
+            auto why = store->get(failedKey);
+            OREG_CCL_THROW("oreg_ccl: rank ", rank, ": a peer could not create the group: ",
+                           std::string(why.begin(), why.end()));
+          }
+          if (std::chrono::steady_clock::now() > deadline)
+            OREG_CCL_THROW("oreg_ccl: rank ", rank, " timed out after ", timeout.count(),
+                           " ms waiting for '", k, "' from a peer while creating the group");
+          std::this_thread::sleep_for(delay);
+          delay = std::min(delay * 2, std::chrono::microseconds(20000));
+        }
         auto v = store->get(prefix + k);
         return std::string(v.begin(), v.end());
       }};
-  topology_ = size > 1 ? Topology::discover(rank, size, rdv) : Topology::singleHost(rank, size);
-  if (topology_.multiHost())
-    transport_ = std::make_shared<RoutedTransport>(topology_, rdv, timeout);
-  else
-    transport_ = ShmTransport::connect(rank, size, rdv);
+  try {
+    topology_ = size > 1 ? Topology::discover(rank, size, rdv) : Topology::singleHost(rank, size);
+    if (topology_.multiHost())
+      transport_ = std::make_shared<RoutedTransport>(topology_, rdv, timeout);
+    else
+      transport_ = ShmTransport::connect(rank, size, rdv);
+  } catch (const std::exception& e) {
+    const auto* error = dynamic_cast<const c10::Error*>(&e);
+    if (size > 1 && !store->check({failedKey})) {
+      const std::string why =
+          c10::str("rank ", rank, ": ", error ? error->what_without_backtrace() : e.what());
+      store->set(failedKey, std::vector<uint8_t>(why.begin(), why.end()));
+    }
+    throw;
+  }
   spin_ = std::chrono::microseconds(config().spinUsFor(size));
   sanitizerLane_ = orSanitizerLaneCreate(c10::str("oreg_ccl rank ", rank, " of a group of ", size));
   worker_ = std::thread([this] {
@@ -205,6 +232,16 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                          "collective on tensor not on device passed to init_process_group (",
                          t.device(), ", bound to ", *bound, ")");
       }
+
+  // A coalesced group's work makes one device's stream wait (as NCCL, which
+  // refuses groups over several devices): parts on another would be unordered.
+  if (coalescing_ && device >= 0) {
+    if (coalescedDevice_ < 0) coalescedDevice_ = device;
+    TORCH_CHECK_VALUE(coalescedDevice_ == device, "oreg_ccl: rank ", getRank(), ": ", name,
+                      " in a coalesced group (batch_isend_irecv, coalescing manager): all "
+                      "tensors must be on one device, got openreg:", coalescedDevice_,
+                      " and openreg:", device);
+  }
 
   // From the tag to the push, for openreg tensors: one issue at a time, so
   // that tags and the group's StreamOrder describe its queue (a future's
@@ -697,6 +734,7 @@ void OregBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAl
 void OregBackend::startCoalescing() {
   TORCH_CHECK(!coalescing_, "oreg_ccl: startCoalescing called twice without endCoalescing");
   coalescing_ = true;
+  coalescedDevice_ = -1;
   coalesced_.clear();
 }
 

@@ -279,6 +279,7 @@ class OregBackend final : public c10d::Backend {
   c10::weak_intrusive_ptr<c10d::Store> lastSplitStore_{c10::intrusive_ptr<c10d::Store>()};
   c10::weak_intrusive_ptr<c10d::Backend> lastSplit_{c10::intrusive_ptr<c10d::Backend>()};
   bool coalescing_ = false;
+  int coalescedDevice_ = -1;  // the openreg device of the coalesced group's parts
   std::vector<c10::intrusive_ptr<OregWork>> coalesced_;
 
   std::mutex mutex_;

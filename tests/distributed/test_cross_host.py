@@ -488,6 +488,26 @@ def test_peer_that_never_appears_times_out(tmp_path):
     spawn(never_joins, 2, tmp_path, str(tmp_path), init=False, host_of=(0, 1))
 
 
+def one_rank_cannot_bind(rank, n, tmp):
+    # Rank 1 names an interface that does not exist: it raises ValueError at
+    # once, and rank 0, waiting for its address, raises that cause well within
+    # the group timeout (the store's own timeout said nothing about it).
+    if rank == 1:
+        os.environ["OREG_CCL_SOCKET_IFNAME"] = "no-such-if0"
+    start = time.monotonic()
+    with pytest.raises(ValueError if rank == 1 else dist.DistBackendError) as e:
+        dist.init_process_group("oreg_ccl", init_method=f"file://{tmp}/store", rank=rank,
+                                world_size=n, timeout=datetime.timedelta(seconds=60))
+    assert "OREG_CCL_SOCKET_IFNAME=no-such-if0" in str(e.value), str(e.value)
+    if rank == 0:
+        assert "rank 1" in str(e.value) and "could not create the group" in str(e.value)
+    assert time.monotonic() - start < 30
+
+
+def test_a_rank_that_cannot_join_fails_group_creation_on_every_rank(tmp_path):
+    spawn(one_rank_cannot_bind, 2, tmp_path, str(tmp_path), init=False, host_of=(0, 1))
+
+
 def mesh_across_hosts(rank, n):
     # A 2-D DeviceMesh splits the group once per dimension: the replicate
     # groups span the hosts, the shard groups stay within one. Each split

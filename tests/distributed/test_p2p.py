@@ -165,6 +165,31 @@ def test_invalid_op_in_a_batch_raises_at_wait(tmp_path):
     spawn(bad_op_in_batch, 2, tmp_path, timeout=60, pg_timeout=15)
 
 
+def batch_over_two_devices(rank, n):
+    # One batch whose tensors sit on two openreg devices: its wait() can order
+    # only one device's stream, so (as NCCL) such a batch is refused; raised at
+    # wait(), after c10d's coalescing block closed (see bad_op_in_batch).
+    peer = 1 - rank
+    send_dev, recv_dev = torch.device("openreg", 2 * rank + 1), torch.device("openreg", 2 * rank)
+    ops = [dist.P2POp(dist.isend, torch.full((16,), rank + 1.0, device=send_dev), peer),
+           dist.P2POp(dist.irecv, torch.zeros(16, device=recv_dev), peer)]
+    works = dist.batch_isend_irecv(ops)
+    try:
+        for w in works:
+            w.wait()
+        raise AssertionError("a batch over two devices did not raise")
+    except ValueError as e:
+        assert "all tensors must be on one device" in str(e), e
+        assert f"openreg:{2 * rank + 1} and openreg:{2 * rank}" in str(e), e
+    t = torch.ones(3, device=recv_dev)
+    dist.all_reduce(t)
+    assert torch.equal(t.cpu(), torch.full((3,), 2.0)), t
+
+
+def test_a_batch_over_two_devices_raises_at_wait(tmp_path):
+    spawn(batch_over_two_devices, 2, tmp_path, timeout=60, pg_timeout=15)
+
+
 def collective_waited_in_p2p_callback(rank, n):
     # A send's or receive's future callback runs on the worker thread that
     # completes it (the caller's, for a send posted inline); one that waits
