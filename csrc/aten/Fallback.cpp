@@ -221,12 +221,15 @@ class ArgumentConverter {
 };
 
 // An openreg tensor over `storage` with the given metadata.
-at::Tensor viewOfStorage(c10::Storage storage, c10::ScalarType dtype, at::IntArrayRef sizes,
-                         at::IntArrayRef strides, int64_t offset) {
+at::Tensor viewOfStorage(c10::Storage storage, const CachedTensorMeta& meta) {
   auto view = at::detail::make_tensor<c10::TensorImpl>(
       std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-      c10::scalarTypeToTypeMeta(dtype));
-  view.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+      c10::scalarTypeToTypeMeta(meta.dtype));
+  view.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes, meta.strides, meta.offset);
+  // As the CPU's views: the base's conjugate / negative bits (view_as_real of
+  // a negative view reads negated values).
+  view._set_conj(meta.conj);
+  view._set_neg(meta.neg);
   return view;
 }
 
@@ -270,8 +273,7 @@ std::optional<at::Tensor> aliasedResult(const at::Tensor& result, const Argument
     if (result.unsafeGetTensorImpl() == converted[i].unsafeGetTensorImpl()) return originals[i];
   if (c10::StorageImpl* original = conv.originalOf(result.storage().unsafeGetStorageImpl()))
     return viewOfStorage(c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(original)),
-                         result.scalar_type(), result.sizes(), result.strides(),
-                         result.storage_offset());
+                         metaOf(result));
   return std::nullopt;
 }
 
@@ -679,8 +681,7 @@ void runCached(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n
         results.emplace_back(originals[out.input]);
         break;
       case CachedOutput::Kind::kViewOfInput:
-        results.emplace_back(viewOfStorage(originals[out.input].storage(), out.meta.dtype,
-                                           out.meta.sizes, out.meta.strides, out.meta.offset));
+        results.emplace_back(viewOfStorage(originals[out.input].storage(), out.meta));
         break;
       case CachedOutput::Kind::kFresh:
         slots.back() = static_cast<int>(fresh.size());

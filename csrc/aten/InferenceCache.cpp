@@ -40,6 +40,9 @@ struct KeyBuilder {
     if (t.layout() != c10::kStrided) return false;
     key.push_back(isOpenReg(t) ? 'T' : (t.unsafeGetTensorImpl()->is_wrapped_number() ? 'W' : 'C'));
     put(key, t.scalar_type());
+    // The math bits: Meta checks them (view_as_real refuses a conjugate) and
+    // views inherit them.
+    key.push_back(static_cast<char>('0' + t.is_conj() + 2 * t.is_neg()));
     put(key, t.device().index());
     putInts(key, t.sizes());
     putInts(key, t.strides());
@@ -103,7 +106,8 @@ struct KeyBuilder {
 }  // namespace
 
 CachedTensorMeta metaOf(const at::Tensor& t) {
-  return {t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type()};
+  return {t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type(), t.is_conj(),
+          t.is_neg()};
 }
 
 std::optional<std::string> inferenceKey(const c10::OperatorHandle& op, const c10::IValue* args,

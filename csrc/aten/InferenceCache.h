@@ -27,6 +27,8 @@ struct CachedTensorMeta {
   std::vector<int64_t> strides;
   int64_t offset = 0;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
+  bool conj = false;  // the math bits a view inherits from its base
+  bool neg = false;
 };
 
 struct CachedOutput {

@@ -10,6 +10,8 @@
 //    promises CPU-exact numbers. (native_layer_norm has a native kernel, Nn.cpp.)
 //  - mode.values (out=): the composite kernel accepts only CPU, CUDA and XPU
 //    tensors.
+//  - conj_physical_: the composite kernel calls the CPU's DispatchStub
+//    directly, which has no openreg entry (an internal assert on complex input).
 //  - mse_loss, smooth_l1_loss: the composite kernel calls the .out op with the
 //    reduced 0-dim output, and the CPU .out kernel first sizes it elementwise,
 //    warning about resizing a non-empty out= on every call.
@@ -24,7 +26,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"convolution", "convolution_backward", "_convolution",
                            "_convolution.deprecated", "addr", "addr.out",
                            "native_group_norm", "linalg__powsum", "mode.values", "mse_loss",
-                           "smooth_l1_loss"})
+                           "smooth_l1_loss", "conj_physical_"})
     m.impl(name, route());
 }
 
