@@ -1,5 +1,7 @@
 #include "DispatchProbe.h"
 
+#include <string_view>
+
 #include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/zeros.h>
@@ -101,6 +103,15 @@ std::exception_ptr ownDtypeCheck(const std::function<void()>& probe) {
   return nullptr;
 }
 
+// A Scalar argument the dtype cannot hold (checked_convert's "value cannot be
+// converted to type int8_t without overflow", "Converting complex Scalar to
+// non-complex type is not supported"): decided by the Scalar and the dtype
+// only, never by the probe's values, so a verdict even where float32 fails too.
+bool isScalarConversionError(std::string_view message) {
+  return message.find("without overflow") != std::string_view::npos ||
+         message.find("Converting complex Scalar to non-complex type") != std::string_view::npos;
+}
+
 }  // namespace
 
 std::optional<Rejection> runProbe(const std::function<void()>& probe) {
@@ -113,10 +124,12 @@ std::optional<Rejection> runProbe(const std::function<void()>& probe) {
   } catch (const c10::Error& e) {
     // TensorBase::data_ptr<T>'s check: about dtypes only, whatever the shapes.
     if (e.msg().rfind("expected scalar type ", 0) == 0) return Rejection{false, e.msg(), nullptr};
+    if (isScalarConversionError(e.msg())) return Rejection{false, e.msg(), std::current_exception()};
     if (auto error = ownDtypeCheck(probe)) return Rejection{false, e.msg(), error};
   } catch (const std::exception& e) {
     // c10::checked_convert's overflow ("value cannot be converted to type
     // int8_t without overflow": an alpha) is a std::runtime_error.
+    if (isScalarConversionError(e.what())) return Rejection{false, e.what(), std::current_exception()};
     if (auto error = ownDtypeCheck(probe)) return Rejection{false, e.what(), error};
   }
   return std::nullopt;

@@ -57,7 +57,5 @@ _ASYNC_CONV = ("convolution's Meta kernel does not check dilation > 0; the CPU k
 ERROR_INPUTS_ASYNC = {
     "nn.functional.conv1d[4]": _ASYNC_CONV, "nn.functional.conv2d[4]": _ASYNC_CONV,
     "nn.functional.conv3d[3]": _ASYNC_CONV, "nn.functional.conv3d[4]": _ASYNC_CONV,
-    "masked_fill[1]": ("a complex fill value that overflows a real tensor: the CPU kernel's "
-                       "check, not Meta's (masked_fill stays asynchronous: attention masks)"),
     "bernoulli[0]": "out= overlapping the input: the CPU kernel's check, not Meta's",
 }

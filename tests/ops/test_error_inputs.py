@@ -94,6 +94,10 @@ def _int8(dev):
     return torch.ones(3, dtype=torch.int8, device=dev)
 
 
+def _f32(dev):
+    return torch.ones(3, 3, device=dev)
+
+
 KERNEL_CHECKS = {
     "var of ints": lambda dev: torch.arange(4, device=dev).var(),
     "std of ints": lambda dev: torch.arange(4, device=dev).std(dim=0),
@@ -101,6 +105,16 @@ KERNEL_CHECKS = {
     "mode of empty": lambda dev: torch.empty(0, device=dev).mode(),
     "alpha overflowing int8": lambda dev: _int8(dev).add(_int8(dev), alpha=1000),
     "float alpha for ints": lambda dev: _int8(dev).sub(_int8(dev), alpha=0.5),
+    # A Scalar argument that the op's dtype cannot hold: the CPU converts it
+    # inside the kernel ("value cannot be converted to type float without
+    # overflow"), which depends on the Scalar and the dtype only.
+    "complex alpha for float addmm": lambda dev: torch.addmm(_f32(dev), _f32(dev), _f32(dev), alpha=1j),
+    "complex value for addcmul_": lambda dev: _f32(dev).addcmul_(_f32(dev), _f32(dev), value=1j),
+    "complex lerp weight": lambda dev: torch.lerp(_f32(dev), _f32(dev), 1j),
+    "complex scatter_ value": lambda dev: _f32(dev).scatter_(0, torch.zeros(1, 3, dtype=torch.long, device=dev), 1j),
+    "complex index_fill_ value": lambda dev: _f32(dev).index_fill_(0, torch.tensor([0], device=dev), 1j),
+    "int8 masked_fill 300": lambda dev: _int8(dev).masked_fill(_int8(dev) > 0, 300),
+    "int8 index_fill 300": lambda dev: _int8(dev).index_fill(0, torch.tensor([0], device=dev), 300),
     "topk into its input": _topk_into_its_input,
     "index_put_ from itself": _index_put_from_itself,
 }
