@@ -8,7 +8,9 @@
 #include <ATen/WrapDimUtils.h>
 #include <ATen/native/layer_norm.h>
 #include <ATen/ops/embedding_dense_backward_cpu_dispatch.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/index_select_cpu_dispatch.h>
 #include <ATen/ops/native_layer_norm_backward_cpu_dispatch.h>
 #include <ATen/ops/native_layer_norm_cpu_dispatch.h>
@@ -201,7 +203,25 @@ Tensor where(const Tensor& condition, const Tensor& self, const Tensor& other) {
   auto shape = at::infer_size_dimvector(at::infer_size_dimvector(condition.sizes(), self.sizes()),
                                         other.sizes());
   // On the op's device: `self` may be a CPU scalar (torch.where(c, 9.0, x)).
-  Tensor out = at::empty(shape, self.options().dtype(at::result_type(self, other)).device(device));
+  auto options = self.options().dtype(at::result_type(self, other)).device(device);
+  Tensor out;
+  if (condition.is_contiguous() && self.is_contiguous() && other.is_contiguous()) {
+    out = at::empty(shape, options);
+  } else {
+    // The CPU's layout (TensorIterator's: a transposed or channels_last input
+    // keeps its dimension order), learnt from Meta stand-ins of the inputs.
+    auto stand_in = [](const Tensor& t) {
+      return at::empty_strided(t.sizes(), t.strides(), at::TensorOptions(at::kMeta).dtype(at::kFloat));
+    };
+    Tensor layout;  // undefined: TensorIterator allocates it
+    auto iter = at::TensorIteratorConfig()
+                    .add_output(layout)
+                    .add_owned_const_input(stand_in(condition))
+                    .add_owned_const_input(stand_in(self))
+                    .add_owned_const_input(stand_in(other))
+                    .build();
+    out = at::empty_strided(shape, iter.output().strides(), options);
+  }
   launchIntoOutputs(
       std::array<Tensor, 1>{out},
       [](const Tensor& c, const Tensor& s, const Tensor& o) {

@@ -88,3 +88,15 @@ def test_out_of_the_right_shape_with_gaps_keeps_its_strides(name):
         results.append((base.cpu(), index_base.cpu()))
     torch.testing.assert_close(results[1][0], results[0][0])  # the gaps are untouched too
     torch.testing.assert_close(results[1][1], results[0][1])
+
+
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+def test_where_keeps_its_inputs_layout_as_the_cpu(layout):
+    # The native where (csrc/aten/Nn.cpp) takes TensorIterator's layout, as the
+    # CPU: a transposed result still cannot be viewed flat.
+    t = torch.randn(6, 5).t() if layout == "transposed" else \
+        torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    expected = torch.where(t > 0, t, 0.0)
+    actual = torch.where(t.to("openreg") > 0, t.to("openreg"), 0.0)
+    assert actual.stride() == expected.stride()
+    torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0)
