@@ -29,6 +29,7 @@
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/ones.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/MemoryFormat.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/flat_hash_map.h>
 
@@ -764,6 +765,34 @@ void keepOutStridesOfRightShape(const c10::FunctionSchema& schema, const Prepare
   }
 }
 
+// The convolution family's Meta kernels leave results contiguous (Meta has no
+// backend to ask), but the CPU's 2-D convolutions (mkldnn's, as cuDNN's) give
+// channels-last results when the input or weight is channels-last: lay the
+// fresh 4-D results out that way, so a channels_last model keeps its format
+// from layer to layer as on the CPU. (The CPU's 3-D ones stay contiguous.)
+void convolutionOutputsInTheCpusFormat(const c10::OperatorHandle& op, const PreparedCall& meta_call,
+                                       torch::jit::Stack& meta_stack) {
+  const std::string& name = op.schema().name();
+  if (name != "aten::convolution" && name != "aten::_convolution" &&
+      name != "aten::convolution_backward")
+    return;
+  bool channelsLast = false;
+  for (size_t i = 0; i < meta_call.args.size() && i < 3; ++i) {
+    const IValue& a = meta_call.args[i];
+    channelsLast |= a.isTensor() && a.toTensor().defined() && a.toTensor().dim() == 4 &&
+                    a.toTensor().suggest_memory_format() == c10::MemoryFormat::ChannelsLast;
+  }
+  if (!channelsLast) return;
+  for (IValue& r : meta_stack) {
+    if (!r.isTensor()) continue;
+    const at::Tensor& t = r.toTensor();
+    if (!t.defined() || t.dim() != 4 || convertedIndexOf(meta_call, t) >= 0 || !t.is_contiguous())
+      continue;
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(
+        t.sizes(), c10::get_channels_last_strides_2d(t.sizes()), t.storage_offset());
+  }
+}
+
 bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                           size_t num_args, c10::Device device) {
   const auto& schema = op.schema();
@@ -798,6 +827,7 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   }
   outLayoutAsTensorIterator(op, meta_call);
   keepOutStridesOfRightShape(schema, meta_call);
+  convolutionOutputsInTheCpusFormat(op, meta_call, meta_stack);
   if (key) storeInference(*key, describeInference(meta_stack, meta, meta_call));
 
   syncInputMetadata(meta_call.originals, meta_call.converted);

@@ -100,3 +100,28 @@ def test_where_keeps_its_inputs_layout_as_the_cpu(layout):
     actual = torch.where(t.to("openreg") > 0, t.to("openreg"), 0.0)
     assert actual.stride() == expected.stride()
     torch.testing.assert_close(actual.cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("channels_last", ["input", "weight", "both", "neither"])
+def test_convolutions_give_the_cpus_memory_format(channels_last):
+    # The CPU's 2-D convolutions answer channels_last input or weight with a
+    # channels_last result (Meta alone says contiguous): a channels_last model
+    # keeps its format from layer to layer, forward and backward.
+    def cl(t, which):
+        return t.to(memory_format=torch.channels_last) if channels_last in (which, "both") else t
+
+    x = cl(torch.randn(2, 3, 8, 8), "input")
+    w = cl(torch.randn(4, 3, 3, 3), "weight")
+    go = cl(torch.randn(2, 4, 6, 6), "input")
+    args = ([4], [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, True])
+    for fn in (lambda d: [torch.nn.functional.conv2d(x.to(d), w.to(d))],
+               lambda d: torch.ops.aten.convolution_backward(go.to(d), x.to(d), w.to(d), *args)):
+        expected, actual = fn("cpu"), fn("openreg")
+        assert [t.stride() for t in actual] == [t.stride() for t in expected]
+        for a, e in zip(actual, expected):
+            torch.testing.assert_close(a.cpu(), e)
+    # 3-D convolutions stay contiguous on the CPU, and so here.
+    x3 = torch.randn(1, 2, 3, 4, 5).to(memory_format=torch.channels_last_3d)
+    w3 = torch.randn(4, 2, 2, 2, 2)
+    assert (torch.nn.functional.conv3d(x3.to("openreg"), w3.to("openreg")).stride()
+            == torch.nn.functional.conv3d(x3, w3).stride())
