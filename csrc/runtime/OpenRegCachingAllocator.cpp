@@ -1,5 +1,6 @@
 #include "OpenRegCachingAllocator.h"  // PyTorch hook: c10::DeviceAllocator; contract in the header
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <iomanip>
@@ -115,14 +116,16 @@ class DeviceCache {
     }
     // Used on other streams: reusable only after their queued work completes.
     std::vector<orEvent> events;
+    std::vector<c10::DeviceIndex> devices;
     for (const c10::Stream& s : block->stream_uses) {
       orEvent event = nullptr;
       OPENREG_CHECK(orEventCreate(&event, false));
       OPENREG_CHECK(orEventRecord(event, rawStream(s)));
       events.push_back(event);
+      devices.push_back(s.device_index());
     }
     block->stream_uses.clear();
-    pending_.push_back({block, std::move(events)});
+    pending_.push_back({block, std::move(events), std::move(devices)});
   }
 
   void recordStream(void* ptr, c10::Stream stream) {
@@ -136,7 +139,7 @@ class DeviceCache {
     std::lock_guard<std::mutex> lock(mutex_);
     // Cached blocks may still be read by queued kernels of their stream; the
     // driver's free is immediate, so wait first (cudaFree synchronises too).
-    waitForDevice();
+    waitForDeviceAndPendingUses();
     processPendingFrees();
     releaseCached();
   }
@@ -168,6 +171,7 @@ class DeviceCache {
   struct PendingFree {
     Block* block;
     std::vector<orEvent> events;
+    std::vector<c10::DeviceIndex> devices;  // of the streams the events are on
   };
 
   c10::Stream streamOf(c10::StreamId id) const {
@@ -192,6 +196,20 @@ class DeviceCache {
   // stream's; its error is that stream's to report, not the allocator's
   // (which would otherwise fail every later empty_cache and OOM retry).
   void waitForDevice() { synchronizeComputeStreams(device_, /*raisesKernelErrors=*/false); }
+
+  // Before releasing the cache (empty_cache, an OOM retry): this device's
+  // streams, and those of other devices whose streams still use a freed block
+  // (record_stream with another device's stream), as CUDA's allocator waits
+  // for every outstanding event there.
+  void waitForDeviceAndPendingUses() {
+    waitForDevice();
+    std::vector<c10::DeviceIndex> others;
+    for (const auto& p : pending_)
+      for (c10::DeviceIndex d : p.devices)
+        if (d != device_ && std::find(others.begin(), others.end(), d) == others.end())
+          others.push_back(d);
+    for (c10::DeviceIndex d : others) synchronizeComputeStreams(d, /*raisesKernelErrors=*/false);
+  }
 
   void processPendingFrees() {
     for (auto it = pending_.begin(); it != pending_.end();) {
@@ -231,7 +249,7 @@ class DeviceCache {
     if (error == orErrorMemoryAllocation && (!cached_.empty() || !pending_.empty())) {
       // Free the cache and retry, like CUDA's allocator.
       stats_.num_alloc_retries++;
-      waitForDevice();
+      waitForDeviceAndPendingUses();
       processPendingFrees();
       releaseCached();
       error = orMalloc(device_, &ptr, size);

@@ -86,6 +86,33 @@ def test_oom_frees_cache_and_retries(python):
     assert r.stdout.split() == ["1", "0", str(50 * 1024 * 1024)]
 
 
+@pytest.mark.parametrize("release", ["oom_retry", "empty_cache"])
+def test_cache_release_waits_for_other_devices_streams_that_used_a_block(python, release):
+    # A block freed while another device's stream still uses it (record_stream)
+    # is released by an OOM retry or empty_cache once that stream got there, as
+    # CUDA's allocator waits for every outstanding event (it raised OOM with
+    # 40 MiB "reserved but unallocated", and empty_cache kept it reserved).
+    r = python(f"""
+        import torch
+        o = torch.openreg
+        x = torch.ones(40 * 1024 * 1024 // 4, device="openreg:0")
+        s1 = o.Stream(device=1)
+        with o.stream(s1):
+            y = x.to("openreg:1")
+            o._sleep(1000)  # s1 is still busy when x goes
+        x.record_stream(s1)
+        del x
+        if "{release}" == "empty_cache":
+            o.empty_cache()
+            print(o.memory_reserved(0))
+        z = torch.empty(40 * 1024 * 1024 // 4, device="openreg:0")
+        print(o.memory_stats(0)["num_ooms"], int(y.sum().item()))
+    """, env={"OPENREG_DEVICE_MEMORY": "64MiB"})
+    assert r.returncode == 0, r.stderr
+    expected = ["0", str(40 * 1024 * 1024 // 4)]
+    assert r.stdout.split() == (["0"] + expected if release == "empty_cache" else expected)
+
+
 def test_host_access_to_device_memory_faults(python):
     r = python("""
         import ctypes, torch
