@@ -113,6 +113,28 @@ def test_cache_release_waits_for_other_devices_streams_that_used_a_block(python,
     assert r.stdout.split() == (["0"] + expected if release == "empty_cache" else expected)
 
 
+def test_free_memory_in_holes_still_serves_a_large_allocation(python):
+    # Capacity limits the bytes in use, not the span of one address range: 28
+    # MiB free in three holes serve 20 MiB, as a GPU maps pages into a large
+    # virtual space (cudaMalloc does not fail on fragmentation of free memory).
+    r = python("""
+        import torch
+        MiB = 1024 * 1024
+        xs = [torch.empty(12 * MiB, dtype=torch.uint8, device="openreg") for _ in range(5)]
+        del xs[3], xs[1]
+        torch.openreg.empty_cache()
+        print(torch.openreg.mem_get_info()[0] // MiB)
+        y = torch.ones(20 * MiB, dtype=torch.uint8, device="openreg")
+        print(int(y.sum().item()) // MiB)
+        try:
+            torch.empty(9 * MiB, dtype=torch.uint8, device="openreg")  # 8 MiB left
+        except torch.OutOfMemoryError:
+            print("OOM")
+    """, env={"OPENREG_DEVICE_MEMORY": "64MiB"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["28", "20", "OOM"]
+
+
 def test_host_access_to_device_memory_faults(python):
     r = python("""
         import ctypes, torch

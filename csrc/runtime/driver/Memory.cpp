@@ -6,7 +6,10 @@
 // Both mappings are made once, so launching a kernel costs no mprotect/mmap
 // syscall. Allocation inside the arena is first-fit over a sorted free list;
 // freed ranges are coalesced and their whole pages are punched out of the memfd
-// so the host gets the memory back. The memfd stays open so that other
+// so the host gets the memory back. The arena spans four times the capacity
+// (address space only: pages exist while allocated) and the capacity limits
+// the bytes in use, so free memory split into holes still serves a large
+// allocation, as a GPU maps physical pages into a large virtual space. The memfd stays open so that other
 // processes can map it (orIpcOpenMemHandle).
 #include "Internal.h"
 
@@ -19,6 +22,7 @@
 #include <cerrno>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -34,7 +38,8 @@ struct DeviceArena {
   orError map_error = orSuccess;
   char* device_base = nullptr;  // PROT_NONE view
   char* kernel_base = nullptr;  // RW view
-  size_t capacity = 0;
+  size_t capacity = 0;  // bytes in use at most (OPENREG_DEVICE_MEMORY)
+  size_t span = 0;      // bytes of address space each view covers
   int fd = -1;  // the memfd, for peers (orIpcGetMemHandle)
   uint64_t inode = 0;
 
@@ -47,36 +52,46 @@ struct DeviceArena {
 constexpr int kMaxDevices = 64;
 std::array<DeviceArena, kMaxDevices> g_arenas;
 
-orError mapArena(int device, DeviceArena& arena) {
-  size_t capacity = orDeviceTotalMemory();  // whole pages
+// Maps `span` bytes of a new memfd twice; false (nothing left behind) if it
+// cannot.
+bool mapViews(int device, DeviceArena& arena, size_t span) {
   std::string name = "openreg-device-" + std::to_string(device);
   int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
-  // Failing here is a configuration problem (a capacity beyond the address
-  // space or file limits), not an out-of-memory: nothing was allocated yet.
-  if (fd < 0) return orErrorDeviceUnavailable;
-  if (ftruncate(fd, static_cast<off_t>(capacity)) != 0) {
+  if (fd < 0) return false;
+  if (ftruncate(fd, static_cast<off_t>(span)) != 0) {
     close(fd);
-    return orErrorDeviceUnavailable;
+    return false;
   }
-  void* dev = mmap(nullptr, capacity, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-  void* ker = mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  void* dev = mmap(nullptr, span, PROT_NONE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  void* ker = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
   if (dev == MAP_FAILED || ker == MAP_FAILED) {
-    if (dev != MAP_FAILED) munmap(dev, capacity);
-    if (ker != MAP_FAILED) munmap(ker, capacity);
+    if (dev != MAP_FAILED) munmap(dev, span);
+    if (ker != MAP_FAILED) munmap(ker, span);
     close(fd);
-    return orErrorDeviceUnavailable;
+    return false;
   }
   // Keep core dumps small: a 16 GiB simulated device must not be written out.
-  madvise(dev, capacity, MADV_DONTDUMP);
-  madvise(ker, capacity, MADV_DONTDUMP);
+  madvise(dev, span, MADV_DONTDUMP);
+  madvise(ker, span, MADV_DONTDUMP);
   arena.device_base = static_cast<char*>(dev);
   arena.kernel_base = static_cast<char*>(ker);
-  arena.capacity = capacity;
+  arena.span = span;
   arena.fd = fd;
   struct stat st{};
   if (fstat(fd, &st) == 0) arena.inode = st.st_ino;
-  arena.free_ranges[0] = capacity;
-  return orSuccess;
+  arena.free_ranges[0] = span;
+  return true;
+}
+
+orError mapArena(int device, DeviceArena& arena) {
+  const size_t capacity = orDeviceTotalMemory();  // whole pages
+  arena.capacity = capacity;
+  // Room against fragmentation where the address space allows it, else the
+  // capacity itself. Failing both is a configuration problem (a capacity
+  // beyond the address space or file limits), not an out-of-memory.
+  const bool roomy = capacity <= std::numeric_limits<size_t>::max() / 4 &&
+                     mapViews(device, arena, 4 * capacity);
+  return roomy || mapViews(device, arena, capacity) ? orSuccess : orErrorDeviceUnavailable;
 }
 
 DeviceArena* arenaFor(int device, orError* error) {
@@ -101,7 +116,7 @@ DeviceArena* arenaOf(const void* ptr, int* device_out, bool kernel_too = false,
     DeviceArena& a = g_arenas[d];
     if (!a.device_base) continue;
     for (const char* base : {a.device_base, kernel_too ? a.kernel_base : nullptr}) {
-      if (!base || p < base || p >= base + a.capacity) continue;
+      if (!base || p < base || p >= base + a.span) continue;
       if (device_out) *device_out = d;
       if (base_out) *base_out = base;
       return &a;
@@ -138,6 +153,7 @@ orError orMalloc(int device, void** ptr, size_t bytes) {
   }
   size_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   std::lock_guard<std::mutex> lock(arena->mutex);
+  if (size > arena->capacity - arena->used) return orErrorMemoryAllocation;
   for (auto it = arena->free_ranges.begin(); it != arena->free_ranges.end(); ++it) {
     if (it->second < size) continue;
     size_t offset = it->first;
@@ -211,7 +227,7 @@ orError orIpcGetMemHandle(orIpcMemHandle* handle, const void* ptr) {
   handle->pid = static_cast<int32_t>(getpid());
   handle->fd = a->fd;
   handle->inode = a->inode;
-  handle->arenaBytes = a->capacity;
+  handle->arenaBytes = a->span;
   handle->offset = static_cast<uint64_t>(static_cast<const char*>(ptr) - base);
   return orSuccess;
 }
