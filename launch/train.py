@@ -61,6 +61,16 @@ def parse_args(argv=None):
         p.error(f"--n-embd ({args.n_embd}) must divide by --n-head ({args.n_head})")
     if args.checkpoint_every < 0:
         p.error("--checkpoint-every must be 0 (never) or more")
+    if not args.lr >= 0:
+        p.error(f"--lr must be 0 or more, got {args.lr}")
+    corpus_bytes = os.path.getsize(CORPUS)
+    if args.seq_len > corpus_bytes - 2:
+        p.error(f"--seq-len ({args.seq_len}) must be at most {corpus_bytes - 2} "
+                f"(the corpus has {corpus_bytes} bytes)")
+    backends = {"openreg": ("oreg_ccl",), "cpu": ("gloo", "oreg_ccl")}[args.device_type]
+    if args.backend is not None and args.backend not in backends:
+        p.error(f"--backend {args.backend!r} cannot move {args.device_type} tensors; "
+                f"use one of {', '.join(backends)}")
     if (args.resume or args.checkpoint_every) and not args.checkpoint_dir:
         p.error("--resume and --checkpoint-every need --checkpoint-dir")
     return args
@@ -218,7 +228,13 @@ def clip_grad_norm(model, max_norm: float, strategy: str):
 LATEST = "latest.json"
 
 
-def save_checkpoint(root, model, opt, step):
+def model_config(args) -> dict:
+    """What a checkpoint's weights are only valid for."""
+    return {"n_layer": args.n_layer, "n_embd": args.n_embd, "n_head": args.n_head,
+            "seq_len": args.seq_len}
+
+
+def save_checkpoint(root, model, opt, step, config):
     import shutil
 
     import torch.distributed.checkpoint as dcp
@@ -231,7 +247,7 @@ def save_checkpoint(root, model, opt, step):
     previous = (read_latest(root) or {}).get("dir")
     tmp = os.path.join(root, LATEST + ".tmp")
     with open(tmp, "w") as f:
-        json.dump({"step": step, "dir": name}, f)
+        json.dump({"step": step, "dir": name, "model": config}, f)
     os.replace(tmp, os.path.join(root, LATEST))
     # Keep the previous complete one too; older ones (and a crashed save's) go.
     for d in os.listdir(root):
@@ -256,7 +272,25 @@ def read_latest(root):
     return latest
 
 
-def load_checkpoint(root, model, opt) -> int:
+def checkpoint_error(args):
+    """Why args' --checkpoint-dir cannot be used as asked, or None: a checkpoint there
+    without --resume (a new run would delete it), or one of another model (DCP loads only
+    the keys the model asks for: fewer layers would load silently)."""
+    latest = read_latest(args.checkpoint_dir)
+    if not latest:
+        return None
+    if not args.resume:
+        return (f"{args.checkpoint_dir} holds a checkpoint (step {latest['step']}): pass --resume "
+                "to continue it, or another --checkpoint-dir (a new run would delete it)")
+    saved, config = latest.get("model"), model_config(args)
+    if saved is None or saved == config:
+        return None
+    differ = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} (checkpoint) vs {v} (this run)"
+                       for k, v in config.items() if saved.get(k) != v)
+    return f"cannot resume from {args.checkpoint_dir}, whose model differs: {differ}"
+
+
+def load_checkpoint(root, model, opt, lr) -> int:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     latest = read_latest(root)
@@ -268,7 +302,7 @@ def load_checkpoint(root, model, opt) -> int:
     impl = [{k: g[k] for k in ("fused", "foreach") if k in g} for g in opt.param_groups]
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     for group, flags in zip(opt.param_groups, impl):
-        group.update(flags)
+        group.update(flags, lr=lr)  # --lr is this run's (a resume may change it)
     return latest["step"]
 
 
@@ -336,8 +370,11 @@ def main(argv=None):
     local_batch = args.global_batch // dp_size  # layout_error() checked it divides
 
     start_step = 0
+    error = checkpoint_error(args)  # the launcher checked it once already
+    if error:
+        raise SystemExit(f"train.py: {error}")
     if args.resume and read_latest(args.checkpoint_dir):
-        start_step = load_checkpoint(args.checkpoint_dir, model, opt)
+        start_step = load_checkpoint(args.checkpoint_dir, model, opt, args.lr)
         if rank == 0:
             print(f"resumed from {args.checkpoint_dir} at step {start_step}", flush=True)
         if start_step >= args.steps:
@@ -385,8 +422,10 @@ def main(argv=None):
             print(f"step {step:4d}  loss {value:.4f}  tokens/s {tokens / elapsed:8.0f}  "
                   f"peak mem {device_peak_memory(device) / 2**20:7.1f} MiB  "
                   f"collectives {collective_seconds() - comm0:6.2f}s", flush=True)
-        if args.checkpoint_dir and args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
-            save_checkpoint(args.checkpoint_dir, model, opt, step + 1)
+        # Every --checkpoint-every steps, and at the end: a finished run resumes as finished.
+        if args.checkpoint_dir and args.checkpoint_every and \
+                ((step + 1) % args.checkpoint_every == 0 or step + 1 == args.steps):
+            save_checkpoint(args.checkpoint_dir, model, opt, step + 1, model_config(args))
 
     t_end = time.perf_counter()
     elapsed = t_end - t0

@@ -16,6 +16,7 @@ loopback TCP between hosts, as on a real cluster.
 import argparse
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -56,10 +57,17 @@ def main(argv=None) -> None:
         parser.error("--devices and --nodes must be at least 1")
     if args.devices > 64:
         parser.error("--devices: a simulated host has at most 64 devices (OPENREG_DEVICE_COUNT)")
-    # A bad option or layout fails here, not once per rank.
-    layout = train.layout_error(train.parse_args(train_args), args.devices * args.nodes, args.devices)
+    # A bad option, layout or checkpoint directory fails here, not once per rank.
+    parsed = train.parse_args(train_args)
+    layout = train.layout_error(parsed, args.devices * args.nodes, args.devices)
     if layout:
         parser.error(layout)
+    try:
+        checkpoint = train.checkpoint_error(parsed)
+    except SystemExit as e:  # an unreadable checkpoint pointer
+        parser.error(str(e))
+    if checkpoint:
+        parser.error(checkpoint)
     env = os.environ
     count = env.get("OPENREG_DEVICE_COUNT", "8")
     if not count.isdigit() or not 1 <= int(count) <= 64:
@@ -79,6 +87,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait(processes, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for p in processes:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+
+
 def _run_nodes(nodes: int, devices: int, train_args) -> int:
     """One torchrun agent per simulated host; the first failure stops them all."""
     port = free_port()
@@ -90,6 +107,13 @@ def _run_nodes(nodes: int, devices: int, train_args) -> int:
                f"--master-port={port}", _train_script(), *train_args]
         agents.append(subprocess.Popen(cmd, env=env))
     failed = 0
+
+    # SIGTERM / SIGHUP (a scheduler, a closed terminal) stop the agents too:
+    # Python's default would end this process alone and leave them training.
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         while True:
             codes = [a.poll() for a in agents]
@@ -97,7 +121,13 @@ def _run_nodes(nodes: int, devices: int, train_args) -> int:
             if failed or all(c == 0 for c in codes):
                 break
             time.sleep(0.2)
+    except KeyboardInterrupt:
+        # Ctrl-C reached the agents too (one process group): let them stop themselves.
+        failed = 128 + signal.SIGINT
+        _wait(agents, timeout=10)
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for a in agents:
             if a.poll() is None:
                 a.terminate()

@@ -120,6 +120,9 @@ def test_launcher_help_lists_training_options_and_rejects_typos():
     (["--devices", "65"], "at most 64 devices"),
     (["--steps", "0"], "--steps must be at least 1"),
     (["--n-embd", "100", "--n-head", "3"], "--n-embd (100) must divide by --n-head (3)"),
+    (["--seq-len", "40000"], "--seq-len (40000) must be at most"),
+    (["--backend", "gloo"], "--backend 'gloo' cannot move openreg tensors"),
+    (["--lr", "-1"], "--lr must be 0 or more"),
 ])
 def test_launcher_rejects_layouts_the_job_cannot_run(args, message):
     import subprocess
@@ -154,3 +157,80 @@ def test_resume_under_another_strategy(cpu_reference, tmp_path):
     assert r.returncode == 0, r.stderr[-4000:]
     assert "at or past --steps 10: nothing to do" in r.stdout, r.stdout[-2000:]
 
+
+
+@pytest.mark.timeout(600)
+def test_checkpoint_directory_guards(tmp_path):
+    # Single-process runs (train.py without torchrun), 5 steps saved every 2:
+    # the end of the run is saved too, so the finished run resumes as finished.
+    ckpt = tmp_path / "ckpt"
+    first = run_job(tmp_path / "a", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2",
+                    "--steps", "5")
+    with open(ckpt / "latest.json") as f:
+        assert json.load(f)["step"] == 5
+    import shutil
+    import subprocess
+    launcher = [sys.executable, "-m", "openreg.launcher", "--devices", "1", "--no-plot",
+                "--checkpoint-dir", str(ckpt)]
+    refusals = [
+        # Without --resume a new run would delete the checkpoint.
+        ([], "pass --resume to continue it"),
+        # DCP would load a 1-layer model from the 2-layer checkpoint silently.
+        (["--resume", "--n-layer", "1"], "--n-layer 2 (checkpoint) vs 1 (this run)"),
+    ]
+    for args, message in refusals:
+        r = subprocess.run(launcher + args, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.count(message) == 1, r.stderr[-2000:]
+    assert (ckpt / "step_00000005").is_dir()
+    # A resume takes this run's --lr: at 0 the weights stay, the losses follow the batches.
+    shutil.copytree(ckpt, tmp_path / "ckpt2")
+    frozen = run_job(tmp_path / "b", "--checkpoint-dir", str(ckpt), "--resume", "--lr", "0",
+                     "--steps", "8")
+    trained = run_job(tmp_path / "c", "--checkpoint-dir", str(tmp_path / "ckpt2"), "--resume",
+                      "--steps", "8")
+    assert frozen["first_step"] == trained["first_step"] == 5
+    assert frozen["losses"][0] == trained["losses"][0]  # computed before the first update
+    assert frozen["losses"][1:] != trained["losses"][1:]
+    assert len(first["losses"]) == 5
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_to_the_launcher_stops_every_simulated_host(tmp_path):
+    # openreg-run --nodes M starts M torchrun agents; a SIGTERM to it (a
+    # scheduler, a closed terminal) must stop them and their ranks too.
+    import signal
+    import subprocess
+    import time
+    marker = str(tmp_path / "sigterm-run")
+    cmd = [sys.executable, "-m", "openreg.launcher", "--nodes", "2", "--devices", "1",
+           "--steps", "1000000", "--log-every", "1", "--no-plot", "--out-dir", marker]
+    launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+    def ours():
+        pids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker.encode() in f.read() and int(pid) != launcher.pid:
+                        pids.append(int(pid))
+            except OSError:
+                pass
+        return pids
+
+    try:
+        for line in launcher.stdout:  # until the ranks train
+            if line.startswith("step"):
+                break
+        assert len(ours()) >= 4, ours()  # 2 agents, 2 ranks
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=60) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 60
+        while ours() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert ours() == [], "agents or ranks outlived the launcher"
+    finally:
+        for pid in ours():
+            os.kill(pid, signal.SIGKILL)
+        if launcher.poll() is None:
+            launcher.kill()
