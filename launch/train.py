@@ -155,7 +155,11 @@ def wrap(model, args, world, device):
     checkpoint = apply_activation_checkpointing if args.activation_checkpointing else (lambda m: None)
     if s not in ("tp", "dp_tp"):
         checkpoint(model)
-    if s == "none" or world == 1 and s in ("ddp", "fsdp", "fsdp2", "hsdp"):
+    # One process: nothing to replicate or shard (tp without torchrun has no
+    # process group for its mesh either).
+    if s == "none" or world == 1 and (s in ("ddp", "fsdp", "fsdp2", "hsdp") or not dist.is_initialized()):
+        if s in ("tp", "dp_tp"):
+            checkpoint(model)
         return model, 1, 0
     if s == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP

@@ -234,3 +234,13 @@ def test_sigterm_to_the_launcher_stops_every_simulated_host(tmp_path):
             os.kill(pid, signal.SIGKILL)
         if launcher.poll() is None:
             launcher.kill()
+
+
+@pytest.mark.timeout(300)
+def test_tensor_parallel_strategy_runs_without_torchrun(cpu_reference, tmp_path):
+    # train.py run directly (no process group): every strategy is a plain
+    # one-device run, tp included (its mesh needed torchrun's environment).
+    summary = run_job(tmp_path, "--strategy", "tp")
+    assert summary["world_size"] == 1
+    for got, want in zip(summary["losses"], cpu_reference["losses"]):
+        assert got == pytest.approx(want, rel=2e-4, abs=2e-4)
