@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from . import _C
-from .device import _get_device_index, _lazy_init, is_initialized
+from .device import _get_device_index, _lazy_init, device_count, is_initialized
 
 
 # The statistics come from the allocator through torch.accelerator, which
@@ -60,6 +60,7 @@ def empty_cache() -> None:
 
 def mem_get_info(device=None) -> tuple:
     """(free, total) bytes of the device, as torch.cuda.mem_get_info."""
+    device_count()  # raises for a bad OPENREG_DEVICE_MEMORY, as every device API does
     index = _get_device_index(device)
     total = _C._device_total_memory()
     return total - _C._device_used_memory(index), total

@@ -90,7 +90,8 @@ def test_bad_configuration_is_an_error_not_a_default(python, name, value):
     r = python(f"""
         import torch
         print(torch.openreg.is_available())
-        for use in (torch.openreg.device_count, lambda: torch.ones(1, device="openreg:0")):
+        for use in (torch.openreg.device_count, lambda: torch.ones(1, device="openreg:0"),
+                    lambda: torch.openreg.mem_get_info(0)):
             try:
                 use()
                 print("no error")
@@ -100,7 +101,8 @@ def test_bad_configuration_is_an_error_not_a_default(python, name, value):
         print("seeded")
     """, env={name: value})
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["False", "ValueError", "True", "RuntimeError", "True", "seeded"]
+    assert r.stdout.split() == ["False", "ValueError", "True", "RuntimeError", "True", "ValueError", "True",
+                                "seeded"]
 
 
 def test_capacity_is_whole_pages(python):
