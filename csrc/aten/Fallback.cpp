@@ -623,8 +623,39 @@ void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t n
   launchKernel(getCurrentStream(device.index()), std::move(kernel), originals, writes);
 }
 
+int convertedIndexOf(const PreparedCall& call, const at::Tensor& t) {
+  for (size_t j = 0; j < call.converted.size(); ++j)
+    if (call.converted[j].unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return static_cast<int>(j);
+  return -1;
+}
+
+// The converted index of the written argument that the schema says return
+// `k` is (`Tensor(a!)` returning an `out=` or `self` argument), or -1. Some
+// Python Meta kernels return fresh tensors instead (_linalg_solve_ex.result):
+// the op still returns its arguments, as the CPU kernel does.
+int writtenArgumentReturned(const c10::FunctionSchema& schema, size_t k, const PreparedCall& call,
+                            const at::Tensor& returned) {
+  if (k >= schema.returns().size() || !returned.defined()) return -1;
+  const auto* ret = schema.returns()[k].alias_info();
+  if (!ret || !ret->isWrite()) return -1;
+  const auto& params = schema.arguments();
+  for (size_t i = 0; i < params.size() && i < call.args.size(); ++i) {
+    const auto* arg = params[i].alias_info();
+    if (!arg || !arg->isWrite() || arg->beforeSets() != ret->beforeSets() || !call.args[i].isTensor())
+      continue;
+    const int j = convertedIndexOf(call, call.args[i].toTensor());
+    // Only where Meta sized the argument as it sized its result.
+    if (j < 0 || call.converted[j].sizes() != returned.sizes() ||
+        call.converted[j].scalar_type() != returned.scalar_type())
+      return -1;
+    return j;
+  }
+  return -1;
+}
+
 // What the Meta run says about each returned tensor, for the inference cache.
-std::shared_ptr<CachedInference> describeInference(const torch::jit::Stack& meta_stack,
+std::shared_ptr<CachedInference> describeInference(const c10::FunctionSchema& schema,
+                                                   const torch::jit::Stack& meta_stack,
                                                    const ArgumentConverter& meta,
                                                    const PreparedCall& call) {
   auto entry = std::make_shared<CachedInference>();
@@ -632,8 +663,13 @@ std::shared_ptr<CachedInference> describeInference(const torch::jit::Stack& meta
   for (const IValue& r : meta_stack) {
     const at::Tensor& m = r.toTensor();
     CachedOutput out;
+    const int written = writtenArgumentReturned(schema, entry->outputs.size(), call, m);
     if (!m.defined()) {
       out.kind = CachedOutput::Kind::kUndefined;
+    } else if (written >= 0) {
+      out.meta = metaOf(call.converted[written]);
+      out.kind = CachedOutput::Kind::kSameAsInput;
+      out.input = written;
     } else {
       out.meta = metaOf(m);
       for (size_t i = 0; i < call.converted.size() && out.input < 0; ++i) {
@@ -698,12 +734,6 @@ void runCached(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n
 }
 
 // The index in call.converted of the converted argument `t`, or -1.
-int convertedIndexOf(const PreparedCall& call, const at::Tensor& t) {
-  for (size_t j = 0; j < call.converted.size(); ++j)
-    if (call.converted[j].unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return static_cast<int>(j);
-  return -1;
-}
-
 // A pointwise op's CPU (and CUDA) kernel resizes an out= argument to the
 // layout TensorIterator computes from the inputs (a transposed or
 // channels-last input gives a like-laid-out result); some Meta kernels (Python
@@ -828,7 +858,7 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   outLayoutAsTensorIterator(op, meta_call);
   keepOutStridesOfRightShape(schema, meta_call);
   convolutionOutputsInTheCpusFormat(op, meta_call, meta_stack);
-  if (key) storeInference(*key, describeInference(meta_stack, meta, meta_call));
+  if (key) storeInference(*key, describeInference(schema, meta_stack, meta, meta_call));
 
   syncInputMetadata(meta_call.originals, meta_call.converted);
 
@@ -838,7 +868,13 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   std::vector<at::Tensor> fresh;
   std::vector<int> slots;
   for (const IValue& r : meta_stack) {
+    const int written =
+        r.isTensor() ? writtenArgumentReturned(schema, results.size(), meta_call, r.toTensor()) : -1;
     results.push_back(mapTensors(r, [&](const at::Tensor& m) -> at::Tensor {
+      if (written >= 0) {
+        slots.push_back(-1);
+        return meta_call.originals[written];
+      }
       if (m.defined()) {
         if (auto alias = aliasedResult(m, meta, meta_call.originals, meta_call.converted)) {
           slots.push_back(-1);

@@ -44,3 +44,16 @@ def test_conj_physical_in_place_on_complex():
     d = c.to(DEVICE)
     d.conj_physical_()
     assert torch.equal(d.cpu(), c.conj_physical())
+
+
+def test_linalg_solve_into_a_conjugate_out_view():
+    # The conjugate fallback hands the op a resolved clone of `out` and expects
+    # it back; the op's Python Meta kernel returns fresh tensors, but the op
+    # returns its out= argument, as the schema says (Tensor(a!)).
+    A = (torch.randn(3, 3, generator=torch.Generator().manual_seed(0)) + 3 * torch.eye(3)).to(torch.complex64)
+    B = torch.randn(3, 2, dtype=torch.complex64, generator=torch.Generator().manual_seed(1))
+    expected = torch.linalg.solve(A, B)
+    z = torch.zeros(3, 2, dtype=torch.complex64, device=DEVICE)
+    returned = torch.linalg.solve(A.to(DEVICE), B.to(DEVICE), out=z.conj())
+    assert returned.data_ptr() == z.data_ptr()
+    torch.testing.assert_close(z.cpu().conj(), expected)
