@@ -1,3 +1,4 @@
+// PyTorch hook: _fused_sdp_choice_stub for PrivateUse1 (REGISTER_PRIVATEUSE1_DISPATCH):
 // scaled_dot_product_attention on openreg takes the path it takes on the CPU.
 //
 // SDPA (CompositeImplicitAutograd) asks _fused_sdp_choice_stub for the

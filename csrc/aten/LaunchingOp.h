@@ -1,6 +1,6 @@
 // The name of the operator that is launching a kernel, for the race checker's
-// reports ("a kernel of aten::mul_ on stream 1 ... that a kernel of
-// aten::fill_ on stream 0 wrote"). Kept with a RecordFunction callback (the
+// reports ("a kernel (aten::mul_) on stream 1 ... that a kernel (aten::fill_)
+// on stream 0 wrote"). Kept with a RecordFunction callback (the
 // hook PyTorch's profiler uses), installed when the checker is turned on
 // (Module.cpp): until then no op pays for it.
 #pragma once

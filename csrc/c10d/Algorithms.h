@@ -75,7 +75,7 @@ namespace openreg::ccl {
 struct Collective {
   Transport& transport;
   uint64_t tag;          // the group's collective sequence number
-  std::string what;      // e.g. "allreduce#4 float32[1024] SUM", compared across ranks
+  std::string what;      // e.g. "allreduce#4 1024 x Float SUM", compared across ranks
   Clock::time_point deadline;
   const Topology* topology = nullptr;  // set only when the group spans hosts
 
