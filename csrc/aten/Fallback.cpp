@@ -989,6 +989,27 @@ void checkHostVisibleZeroDivisor(const c10::OperatorHandle& op, const c10::IValu
 
 }  // namespace
 
+// convolution's argument checks that its Meta kernel leaves to the CPU kernel
+// (where they would fail the stream): made on the host, in the CPU's words.
+void checkConvolutionArguments(const c10::OperatorHandle& op, const IValue* args, size_t num_args) {
+  const std::string& name = op.schema().name();
+  if ((name != "aten::convolution" && name != "aten::_convolution") || num_args < 8) return;
+  auto any = [](const IValue& v, auto bad) {
+    if (!v.isIntList()) return false;
+    for (int64_t x : v.toIntVector())
+      if (bad(x)) return true;
+    return false;
+  };
+  // (input, weight, bias, stride, padding, dilation, transposed, output_padding, ...)
+  TORCH_CHECK(!any(args[4], [](int64_t x) { return x < 0; }), "negative padding is not supported");
+  TORCH_CHECK(!any(args[7], [](int64_t x) { return x < 0; }),
+              "negative output_padding is not supported");
+  TORCH_CHECK(!any(args[3], [](int64_t x) { return x <= 0; }), "non-positive stride is not supported");
+  TORCH_CHECK(!any(args[5], [](int64_t x) { return x < 0; }), "dilation should be greater than zero");
+  TORCH_CHECK(!any(args[5], [](int64_t x) { return x == 0; }),
+              "dilation should be greater than zero, but got ", args[5].toDimVector());
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t num_args = op.schema().arguments().size();
   const IValue* args = stack->data() + stack->size() - num_args;
@@ -1010,6 +1031,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               "kernel for the generic path to run.");
   probeRandomFillArguments(op, args, num_args);
   checkHostVisibleZeroDivisor(op, args, num_args);
+  checkConvolutionArguments(op, args, num_args);
   // Before Meta inference resizes an out= argument (TensorIterator checks first).
   checkWrittenOverlap(op.schema(), args, num_args, op.hasTag(at::Tag::pointwise));
   c10::DeviceGuard guard(*device);

@@ -175,6 +175,10 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
   TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
               "index_select(): Expected dtype int32 or int64 for index");
   dim = at::maybe_wrap_dim(dim, self.dim());
+  // The CPU kernel's shape check, on the host (in a kernel it would fail the stream).
+  TORCH_CHECK(self.dim() > 0 || index.numel() == 1,
+              "index_select(): Index to scalar can have only 1 value, got ", index.numel(),
+              " value(s)");
   std::vector<int64_t> shape = self.sizes().vec();
   if (self.dim() > 0) shape[dim] = index.numel();
   Tensor out = at::empty(shape, self.options());

@@ -51,11 +51,6 @@ ERROR_INPUTS = {
     "kthvalue[0]": ("out= values/indices overlapping: the synchronous path's host copies of the "
                     "outputs hide the overlap from the CPU kernel"),
 }
-_ASYNC_CONV = ("convolution's Meta kernel does not check dilation > 0; the CPU kernel raises "
-               "'dilation should be greater than zero' inside the kernel (convolution stays "
-               "asynchronous: it is hot)")
 ERROR_INPUTS_ASYNC = {
-    "nn.functional.conv1d[4]": _ASYNC_CONV, "nn.functional.conv2d[4]": _ASYNC_CONV,
-    "nn.functional.conv3d[3]": _ASYNC_CONV, "nn.functional.conv3d[4]": _ASYNC_CONV,
     "bernoulli[0]": "out= overlapping the input: the CPU kernel's check, not Meta's",
 }

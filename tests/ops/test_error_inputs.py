@@ -115,6 +115,12 @@ KERNEL_CHECKS = {
     "complex index_fill_ value": lambda dev: _f32(dev).index_fill_(0, torch.tensor([0], device=dev), 1j),
     "int8 masked_fill 300": lambda dev: _int8(dev).masked_fill(_int8(dev) > 0, 300),
     "int8 index_fill 300": lambda dev: _int8(dev).index_fill(0, torch.tensor([0], device=dev), 300),
+    "index_select of a 0-dim tensor with 2 indices":
+        lambda dev: torch.index_select(torch.tensor(3.0, device=dev), 0, torch.tensor([0, 0], device=dev)),
+    "dilation 0": lambda dev: torch.nn.functional.conv2d(torch.ones(1, 1, 4, 4, device=dev),
+                                                         torch.ones(1, 1, 2, 2, device=dev), dilation=0),
+    "non-positive stride": lambda dev: torch.nn.functional.conv1d(torch.ones(1, 1, 4, device=dev),
+                                                                  torch.ones(1, 1, 2, device=dev), stride=0),
     "topk into its input": _topk_into_its_input,
     "index_put_ from itself": _index_put_from_itself,
 }
