@@ -13,16 +13,21 @@ from . import _C
 _DeviceLike = Union[torch.device, str, int, None]
 
 
-def _lazy_init() -> None:
-    """Initialises the device runtime, as torch.cuda._lazy_init: PyTorch calls it
-    (torch.accelerator.set_device_index, set_stream) and then expects
-    is_initialized() to be true (DeviceMesh keeps a device chosen before it only
-    then). Raises in a forked child of an initialised parent (CUDA's rule)."""
+def _raise_if_forked() -> None:
+    """Raises in a forked child of an initialised parent (CUDA's rule)."""
     if _C._is_forked_child():
         raise RuntimeError(
             "Cannot re-initialize openreg in forked subprocess. To use openreg with "
             "multiprocessing, you must use the 'spawn' start method"
         )
+
+
+def _lazy_init() -> None:
+    """Initialises the device runtime, as torch.cuda._lazy_init: PyTorch calls it
+    (torch.accelerator.set_device_index, set_stream) and then expects
+    is_initialized() to be true (DeviceMesh keeps a device chosen before it only
+    then). Raises in a forked child of an initialised parent."""
+    _raise_if_forked()
     _C._init()
 
 

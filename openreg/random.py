@@ -12,14 +12,14 @@ from typing import Iterable, List
 import torch
 
 from . import _C
-from .device import _get_device_index, _lazy_init, device_count
+from .device import _get_device_index, _lazy_init, _raise_if_forked, device_count
 
 
 class _DefaultGenerators:
     """Lazily created tuple-like view of the per-device default generators."""
 
     def __getitem__(self, index: int) -> torch.Generator:
-        _lazy_init()
+        _raise_if_forked()  # a generator object, as torch.cuda's tuple: no initialisation
         if isinstance(index, int) and index < 0:
             index += len(self)  # a tuple's rule, as torch.cuda.default_generators
         if not isinstance(index, int) or not 0 <= index < len(self):
@@ -36,9 +36,15 @@ class _DefaultGenerators:
 default_generators = _DefaultGenerators()
 
 
-def _generator(device) -> torch.Generator:
-    index = _get_device_index(device)
-    _lazy_init()
+def _generator(device, initialise: bool = True) -> torch.Generator:
+    """The device's default generator. Seeding does not initialise the device
+    (torch.manual_seed runs in every process, CPU-only ones and DataLoader
+    workers too, as torch.cuda's seeding is deferred); reading the state does."""
+    if initialise:
+        _lazy_init()
+    else:
+        _raise_if_forked()
+    index = _C._current_device() if device is None and not initialise else _get_device_index(device)
     _C._synchronize_compute_streams(index)
     return default_generators[index]
 
@@ -49,7 +55,7 @@ def _is_in_bad_fork() -> bool:
 
 
 def manual_seed(seed: int) -> None:
-    _generator(None).manual_seed(int(seed))
+    _generator(None, initialise=False).manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
@@ -59,21 +65,21 @@ def manual_seed_all(seed: int) -> None:
     if _C._config_error():
         return
     for i in range(device_count()):
-        _generator(i).manual_seed(int(seed))
+        _generator(i, initialise=False).manual_seed(int(seed))
 
 
 def seed() -> None:
-    _generator(None).seed()
+    _generator(None, initialise=False).seed()
 
 
 def seed_all() -> None:
-    s = _generator(0).seed()
+    s = _generator(0, initialise=False).seed()
     for i in range(1, device_count()):
-        _generator(i).manual_seed(s)
+        _generator(i, initialise=False).manual_seed(s)
 
 
 def initial_seed() -> int:
-    return _generator(None).initial_seed()
+    return _generator(None, initialise=False).initial_seed()
 
 
 def get_rng_state(device="openreg") -> torch.Tensor:

@@ -132,14 +132,23 @@ def test_memory_capacity_units(python):
 
 
 def test_is_initialized_is_lazy(python):
+    # Seeding does not initialise (torch.manual_seed runs in every process, as
+    # torch.cuda defers its seeding): a forked child of a parent that only
+    # seeded may use the device.
     r = python("""
-        import torch
+        import os, torch
+        torch.manual_seed(0)
+        torch.openreg.seed_all()
         before = torch.openreg.is_initialized()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if torch.ones(2, device="openreg").sum().item() == 2 else 3)
+        _, status = os.waitpid(pid, 0)
         torch.ones(1, device="openreg")
-        print(before, torch.openreg.is_initialized())
-    """)
+        print(before, os.waitstatus_to_exitcode(status), torch.openreg.is_initialized())
+    """, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["False", "True"]
+    assert r.stdout.split() == ["False", "0", "True"]
 
 
 def test_torch_accelerator_api():
