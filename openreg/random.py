@@ -44,7 +44,7 @@ def _generator(device, initialise: bool = True) -> torch.Generator:
         _lazy_init()
     else:
         _raise_if_forked()
-    index = _C._current_device() if device is None and not initialise else _get_device_index(device)
+    index = _C._current_device() if device is None else _get_device_index(device)
     _C._synchronize_compute_streams(index)
     return default_generators[index]
 

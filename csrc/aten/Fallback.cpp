@@ -987,13 +987,9 @@ void checkHostVisibleZeroDivisor(const c10::OperatorHandle& op, const c10::IValu
   op.redispatchBoxed(kCPUKeys, &probe);
 }
 
-}  // namespace
-
 // convolution's argument checks that its Meta kernel leaves to the CPU kernel
 // (where they would fail the stream): made on the host, in the CPU's words.
-void checkConvolutionArguments(const c10::OperatorHandle& op, const IValue* args, size_t num_args) {
-  const std::string& name = op.schema().name();
-  if ((name != "aten::convolution" && name != "aten::_convolution") || num_args < 8) return;
+void checkConvolutionArguments(const IValue* args) {
   auto any = [](const IValue& v, auto bad) {
     if (!v.isIntList()) return false;
     for (int64_t x : v.toIntVector())
@@ -1009,6 +1005,8 @@ void checkConvolutionArguments(const c10::OperatorHandle& op, const IValue* args
   TORCH_CHECK(!any(args[5], [](int64_t x) { return x == 0; }),
               "dilation should be greater than zero, but got ", args[5].toDimVector());
 }
+
+}  // namespace
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t num_args = op.schema().arguments().size();
@@ -1031,13 +1029,17 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                               "kernel for the generic path to run.");
   probeRandomFillArguments(op, args, num_args);
   checkHostVisibleZeroDivisor(op, args, num_args);
-  checkConvolutionArguments(op, args, num_args);
   // Before Meta inference resizes an out= argument (TensorIterator checks first).
   checkWrittenOverlap(op.schema(), args, num_args, op.hasTag(at::Tag::pointwise));
   c10::DeviceGuard guard(*device);
   const bool async = tryRunAsynchronously(op, stack, num_args, *device);
   recordFallback(op, async);
   if (!async) runSynchronously(op, stack, num_args, *device);
+}
+
+void convolutionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  checkConvolutionArguments(stack->data() + stack->size() - op.schema().arguments().size());
+  fallback(op, stack);
 }
 
 }  // namespace openreg::kernels

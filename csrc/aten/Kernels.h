@@ -46,5 +46,8 @@ void record_stream(at::Tensor& self, c10::Stream stream);
 
 // Fallback.cpp: every operator without a native kernel
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The same for (_)convolution, after the argument checks their Meta kernel
+// leaves to the CPU kernel (RegisterFallbackRoutes.cpp routes them here).
+void convolutionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 }  // namespace openreg::kernels

@@ -5,6 +5,8 @@
 // Why each group is routed (tests: tests/ops/test_opinfo.py):
 //  - (_)convolution, convolution_backward: the composite kernels end in
 //    convolution_overrideable, which throws for backends other than CPU/CUDA.
+//    The forward ones first check stride / padding / dilation on the host
+//    (convolutionFallback), which their Meta kernel leaves to the CPU kernel.
 //  - addr, native_group_norm, linalg__powsum: the composite kernels are math
 //    decompositions that round differently from the CPU kernels; openreg
 //    promises CPU-exact numbers. (native_layer_norm has a native kernel, Nn.cpp.)
@@ -23,8 +25,9 @@ namespace openreg::kernels {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   const auto route = [] { return torch::CppFunction::makeFromBoxedFunction<&fallback>(); };
-  for (const char* name : {"convolution", "convolution_backward", "_convolution",
-                           "_convolution.deprecated", "addr", "addr.out",
+  for (const char* name : {"convolution", "_convolution", "_convolution.deprecated"})
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&convolutionFallback>());
+  for (const char* name : {"convolution_backward", "addr", "addr.out",
                            "native_group_norm", "linalg__powsum", "mode.values", "mse_loss",
                            "smooth_l1_loss", "conj_physical_"})
     m.impl(name, route());

@@ -290,13 +290,11 @@ void OregWork::synchronize() {
 }
 
 void OregWork::sanitizerJoinHost() const {
-  orSanitizerHostJoin(sanitizerPoint_);
-  for (const auto& p : partPoints_) orSanitizerHostJoin(p);
+  for (const auto& p : sanitizerPoints_) orSanitizerHostJoin(p);
 }
 
 void OregWork::sanitizerJoinStream(orStream stream) const {
-  orSanitizerStreamJoin(stream, sanitizerPoint_);
-  for (const auto& p : partPoints_) orSanitizerStreamJoin(stream, p);
+  for (const auto& p : sanitizerPoints_) orSanitizerStreamJoin(stream, p);
 }
 
 bool OregWork::wait(std::chrono::milliseconds timeout) {
@@ -325,9 +323,8 @@ c10::intrusive_ptr<OregWork> OregWork::combine(
   // wait() on the group releases every part's tensors.
   for (auto& p : parts) {
     all->stashes_.insert(all->stashes_.end(), p->stashes_.begin(), p->stashes_.end());
-    // Sends and receives run on lanes of their own (one per peer and
-    // direction), so no part's point covers the others: join each.
-    if (p->sanitizerPoint_) all->partPoints_.push_back(p->sanitizerPoint_);
+    all->sanitizerPoints_.insert(all->sanitizerPoints_.end(), p->sanitizerPoints_.begin(),
+                                 p->sanitizerPoints_.end());
   }
   if (parts.empty()) {
     all->complete(nullptr);

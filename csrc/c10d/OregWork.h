@@ -88,8 +88,10 @@ class OregWork : public c10d::Work {
   // stream without a wait (the race checker hears of it).
   bool isCompleted() override;
   // The race checker's point for this operation, which every wait joins.
-  void setSanitizerPoint(orSanitizerPoint point) { sanitizerPoint_ = std::move(point); }
-  const orSanitizerPoint& sanitizerPoint() const { return sanitizerPoint_; }
+  void setSanitizerPoint(orSanitizerPoint point) { sanitizerPoints_ = {std::move(point)}; }
+  orSanitizerPoint sanitizerPoint() const {
+    return sanitizerPoints_.empty() ? nullptr : sanitizerPoints_.front();
+  }
   const std::shared_ptr<Completion>& completion() const { return completion_; }
   // Runs `fn(error)` once this work completes (at once if it already has).
   void whenDone(std::function<void(std::exception_ptr)> fn);
@@ -128,8 +130,9 @@ class OregWork : public c10d::Work {
   std::vector<std::shared_ptr<Stash>> stashes_;  // its own, or a coalesced group's parts'
   std::weak_ptr<WorkerRef> workerRef_;  // set when releasable
   std::shared_ptr<StreamOrder> streamOrder_;  // set by extendsStreamOrder
-  orSanitizerPoint sanitizerPoint_;  // null unless the race checker is on
-  std::vector<orSanitizerPoint> partPoints_;  // a coalesced group's parts' points
+  // Empty unless the race checker is on; a coalesced group's: one per part
+  // (sends and receives run on lanes of their own, so none covers the others).
+  std::vector<orSanitizerPoint> sanitizerPoints_;
   const void* owner_ = nullptr;
   std::atomic<bool> futureRequested_{false};  // getFuture() was called
   const int device_;

@@ -136,6 +136,17 @@ def test_batch_mixing_cpu_and_openreg_tensors(tmp_path):
     spawn(mixed_device_batch, 2, tmp_path, timeout=60)
 
 
+def raises_at_wait(works, what, *fragments):
+    """Waiting for `works` raises ValueError with every fragment in its message."""
+    try:
+        for w in works:
+            w.wait()
+    except ValueError as e:
+        assert all(f in str(e) for f in fragments), e
+    else:
+        raise AssertionError(f"{what} did not raise")
+
+
 def bad_op_in_batch(rank, n):
     # An invalid op inside batch_isend_irecv (here: a send to oneself) raises at
     # wait(), after c10d's coalescing block closed: raised inside it, the error
@@ -144,13 +155,7 @@ def bad_op_in_batch(rank, n):
     ops = [dist.P2POp(dist.isend, torch.ones(2), rank),
            dist.P2POp(dist.isend, torch.ones(2), peer),
            dist.P2POp(dist.irecv, torch.zeros(2), peer)]
-    works = dist.batch_isend_irecv(ops)
-    try:
-        for w in works:
-            w.wait()
-        raise AssertionError("the send to self did not raise")
-    except ValueError as e:
-        assert "invalid rank" in str(e), e
+    raises_at_wait(dist.batch_isend_irecv(ops), "the send to self", "invalid rank")
     t = torch.ones(3)
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((3,), 2.0)), t
@@ -173,14 +178,8 @@ def batch_over_two_devices(rank, n):
     send_dev, recv_dev = torch.device("openreg", 2 * rank + 1), torch.device("openreg", 2 * rank)
     ops = [dist.P2POp(dist.isend, torch.full((16,), rank + 1.0, device=send_dev), peer),
            dist.P2POp(dist.irecv, torch.zeros(16, device=recv_dev), peer)]
-    works = dist.batch_isend_irecv(ops)
-    try:
-        for w in works:
-            w.wait()
-        raise AssertionError("a batch over two devices did not raise")
-    except ValueError as e:
-        assert "all tensors must be on one device" in str(e), e
-        assert f"openreg:{2 * rank + 1} and openreg:{2 * rank}" in str(e), e
+    raises_at_wait(dist.batch_isend_irecv(ops), "a batch over two devices",
+                   "all tensors must be on one device", f"openreg:{2 * rank + 1} and openreg:{2 * rank}")
     t = torch.ones(3, device=recv_dev)
     dist.all_reduce(t)
     assert torch.equal(t.cpu(), torch.full((3,), 2.0)), t
