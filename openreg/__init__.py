@@ -45,15 +45,21 @@ from .streams import (
     _sleep,
 )
 from .memory import (
+    caching_allocator_alloc,
+    caching_allocator_delete,
     empty_cache,
+    get_per_process_memory_fraction,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
     memory_allocated,
     memory_reserved,
+    memory_snapshot,
     memory_stats,
+    memory_stats_as_nested_dict,
     memory_summary,
     reset_accumulated_memory_stats,
+    set_per_process_memory_fraction,
     reset_peak_memory_stats,
 )
 from .random import (

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from . import _C
-from .device import _get_device_index, _lazy_init, device_count, is_initialized
+from .device import _get_device_index, _lazy_init, current_device, device_count, is_initialized
 
 
 # The statistics come from the allocator through torch.accelerator, which
@@ -22,6 +22,57 @@ def memory_stats(device=None) -> "OrderedDict[str, Any]":
     if not is_initialized():
         return OrderedDict()
     return torch.accelerator.memory_stats(_get_device_index(device))
+
+
+def memory_stats_as_nested_dict(device=None) -> dict:
+    """memory_stats() before flattening: ``{"allocated_bytes": {"all": {"current": ...}}}``."""
+    nested: dict = {}
+    for key, value in memory_stats(device).items():
+        *path, leaf = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return nested
+
+
+def memory_snapshot() -> list:
+    """Every segment of every device with its blocks, as torch.cuda.memory_snapshot()."""
+    return _C._memory_snapshot() if is_initialized() else []
+
+
+def set_per_process_memory_fraction(fraction, device=None) -> None:
+    """Limits what the cache may reserve on the device to fraction x its capacity."""
+    _lazy_init()
+    index = _get_device_index(device)
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
+    if fraction < 0 or fraction > 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    _C._set_memory_fraction(fraction, index)
+
+
+def get_per_process_memory_fraction(device=None) -> float:
+    _lazy_init()
+    return _C._get_memory_fraction(_get_device_index(device))
+
+
+def caching_allocator_alloc(size, device=None, stream=None) -> int:
+    """A block of device memory from the cache, for `stream` (default: the device's current one)."""
+    _lazy_init()
+    index = _get_device_index(device)
+    if stream is None:
+        stream = torch.openreg.current_stream(index)
+    if not isinstance(stream, torch.Stream) or stream.device.type != "openreg":
+        raise TypeError("Invalid type for stream argument, must be `torch.openreg.Stream`")
+    if device is not None and stream.device_index != index:
+        raise ValueError(f"stream is on openreg:{stream.device_index}, not on openreg:{index}")
+    return _C._raw_alloc(size, stream.stream_id, stream.device_index)
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    """Frees a block from caching_allocator_alloc (stream-ordered, like a tensor's memory)."""
+    _C._raw_delete(mem_ptr)
 
 
 def _stat(query, device) -> int:
@@ -86,6 +137,9 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
         ("Allocations", "allocation", False),
         ("Active allocs", "active", False),
         ("Segments", "segment", False),
+        # Cached parts of segments in part allocated: empty_cache() cannot return them.
+        ("Non-releasable memory", "inactive_split_bytes", True),
+        ("Non-releasable allocs", "inactive_split", False),
     ]
     lines = ["=" * 75,
              f" openreg memory summary, device ID {index:<3d}",

@@ -59,6 +59,34 @@ PYBIND11_MODULE(_C, m) {
   m.def("_is_forked_child", [] { return orIsForkedChild(); });
   m.def("_device_total_memory", [] { return orDeviceTotalMemory(); });
   m.def("_device_used_memory", [](int d) { return orMemoryUsed(d); });
+  m.def("_raw_alloc", [](size_t bytes, int64_t stream_id, int64_t device_index) {
+    return reinterpret_cast<uintptr_t>(rawAlloc(bytes, streamFrom(stream_id, device_index)));
+  });
+  m.def("_raw_delete", [](uintptr_t ptr) { rawDelete(reinterpret_cast<void*>(ptr)); });
+  m.def("_set_memory_fraction", [](double fraction, int d) {
+    setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(d));
+  });
+  m.def("_get_memory_fraction",
+        [](int d) { return getMemoryFraction(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_memory_snapshot", [] {
+    // The dictionaries of torch.cuda.memory_snapshot() (no stack frames recorded).
+    py::list segments;
+    for (const SegmentInfo& s : memorySnapshot()) {
+      py::list blocks;
+      for (const BlockInfo& b : s.blocks)
+        blocks.append(py::dict(py::arg("address") = b.address, py::arg("size") = b.size,
+                               py::arg("requested_size") = b.requested_size,
+                               py::arg("state") = b.state, py::arg("frames") = py::list()));
+      segments.append(py::dict(
+          py::arg("device") = static_cast<int>(s.device), py::arg("address") = s.address,
+          py::arg("total_size") = s.total_size, py::arg("allocated_size") = s.allocated_size,
+          py::arg("active_size") = s.active_size, py::arg("requested_size") = s.requested_size,
+          py::arg("stream") = s.stream, py::arg("segment_type") = s.small ? "small" : "large",
+          py::arg("segment_pool_id") = py::make_tuple(0, 0), py::arg("is_expandable") = false,
+          py::arg("frames") = py::list(), py::arg("blocks") = blocks));
+    }
+    return segments;
+  });
 
   m.def("_synchronize", [](int d) {
     py::gil_scoped_release no_gil;

@@ -27,27 +27,45 @@ using c10::CachingAllocator::StatArray;
 using c10::CachingAllocator::StatType;
 using c10::CachingDeviceAllocator::DeviceStats;
 
+// CUDA's sizes: requests round up to 512 B; those up to 1 MiB come from 2 MiB
+// segments (small pool), those up to 10 MiB from 20 MiB segments, larger ones
+// get a segment of their own rounded up to 2 MiB (large pool). A cached block
+// serves any request of its pool that fits, split off the rest when enough
+// remains, and freed neighbours of one segment merge again.
 constexpr size_t kMinBlockSize = 512;
-constexpr size_t kSmallSize = 1 << 20;       // <= 1 MiB: small pool
-constexpr size_t kLargeRounding = 2 << 20;   // large blocks round to 2 MiB
+constexpr size_t kSmallSize = 1 << 20;
+constexpr size_t kSmallSegment = 2 << 20;
+constexpr size_t kMinLargeAlloc = 10 << 20;
+constexpr size_t kLargeSegment = 20 << 20;
+constexpr size_t kLargeRounding = 2 << 20;
 constexpr int kMaxDevices = 64;
 
 size_t roundSize(size_t size) {
-  if (size <= kSmallSize) return std::max(kMinBlockSize, (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize);
+  return std::max(kMinBlockSize, (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize);
+}
+
+size_t segmentSize(size_t size) {
+  if (size <= kSmallSize) return kSmallSegment;
+  if (size < kMinLargeAlloc) return kLargeSegment;
   return (size + kLargeRounding - 1) / kLargeRounding * kLargeRounding;
 }
 
 struct Block {
+  enum class State { kAllocated, kPendingFree, kCached };
+
   void* ptr = nullptr;
-  size_t size = 0;        // rounded size, as reserved from the driver
+  size_t size = 0;        // rounded size (a part of a segment)
   size_t requested = 0;   // what the caller asked for
   c10::DeviceIndex device = 0;
-  c10::StreamId stream = 0;                    // allocating stream
+  c10::StreamId stream = 0;  // the stream whose allocation created the segment
+  bool small = false;        // pool, fixed by the segment
+  State state = State::kCached;
   // Other streams that use it (record_stream), of any device: a copy on
   // another device's stream reads this device's memory too.
   std::unordered_set<c10::Stream> stream_uses;
-  bool allocated = false;
-  bool small() const { return size <= kSmallSize; }
+  Block* prev = nullptr;  // neighbours within the segment
+  Block* next = nullptr;
+  bool isSplit() const { return prev || next; }
 };
 
 struct BlockOrder {
@@ -57,6 +75,7 @@ struct BlockOrder {
     return a->ptr < b->ptr;
   }
 };
+using BlockPool = std::set<Block*, BlockOrder>;
 
 std::string formatBytes(size_t bytes) {
   std::ostringstream os;
@@ -86,35 +105,41 @@ class DeviceCache {
     TORCH_CHECK(orConfigError().empty(), "openreg error: ", orConfigError());
   }
 
-  Block* malloc(size_t requested, c10::StreamId stream) {
+  void* malloc(size_t requested, c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(mutex_);
     processPendingFrees();
-    size_t size = roundSize(requested);
-    Block* block = takeCached(size, stream);
-    if (!block) block = allocateFromDriver(size, stream, requested);
-    block->allocated = true;
+    const size_t size = roundSize(requested);
+    const bool small = size <= kSmallSize;
+    Block* block = takeCached(small, size, stream);
+    if (!block) block = allocateSegment(small, size, stream, requested);
+    splitIfWorthIt(block, size);
+    block->state = Block::State::kAllocated;
     block->requested = requested;
-    statAdd(stats_.allocation, block->small(), 1);
-    statAdd(stats_.allocated_bytes, block->small(), block->size);
-    statAdd(stats_.active, block->small(), 1);
-    statAdd(stats_.active_bytes, block->small(), block->size);
-    statAdd(stats_.requested_bytes, block->small(), requested);
+    statAdd(stats_.allocation, small, 1);
+    statAdd(stats_.allocated_bytes, small, block->size);
+    statAdd(stats_.active, small, 1);
+    statAdd(stats_.active_bytes, small, block->size);
+    statAdd(stats_.requested_bytes, small, requested);
     live_[block->ptr] = block;
-    return block;
+    return block->ptr;
   }
 
-  void free(Block* block) {
+  // False if ptr is not an allocated block's (never for our DataPtrs).
+  bool free(void* ptr) {
     std::lock_guard<std::mutex> lock(mutex_);
-    live_.erase(block->ptr);
-    block->allocated = false;
-    statAdd(stats_.allocation, block->small(), -1);
-    statAdd(stats_.allocated_bytes, block->small(), -static_cast<int64_t>(block->size));
-    statAdd(stats_.requested_bytes, block->small(), -static_cast<int64_t>(block->requested));
+    auto it = live_.find(ptr);
+    if (it == live_.end()) return false;
+    Block* block = it->second;
+    live_.erase(it);
+    statAdd(stats_.allocation, block->small, -1);
+    statAdd(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
+    statAdd(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
     if (block->stream_uses.empty()) {
-      release(block);
-      return;
+      makeCached(block);
+      return true;
     }
     // Used on other streams: reusable only after their queued work completes.
+    block->state = Block::State::kPendingFree;
     std::vector<orEvent> events;
     std::vector<c10::DeviceIndex> devices;
     for (const c10::Stream& s : block->stream_uses) {
@@ -126,6 +151,7 @@ class DeviceCache {
     }
     block->stream_uses.clear();
     pending_.push_back({block, std::move(events), std::move(devices)});
+    return true;
   }
 
   void recordStream(void* ptr, c10::Stream stream) {
@@ -141,7 +167,7 @@ class DeviceCache {
     // driver's free is immediate, so wait first (cudaFree synchronises too).
     waitForDeviceAndPendingUses();
     processPendingFrees();
-    releaseCached();
+    releaseCachedSegments();
   }
 
   DeviceStats stats() {
@@ -153,6 +179,46 @@ class DeviceCache {
     for (StatArray* a : statArrays())
       for (Stat& s : *a) s.peak = s.current;
   }
+  void setFraction(double fraction) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fraction_ = fraction;
+  }
+  double fraction() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return fraction_;
+  }
+
+  void snapshot(std::vector<SegmentInfo>& out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<Block*> heads;  // each segment's first block
+    auto addHead = [&](Block* b) {
+      if (!b->prev) heads.push_back(b);
+    };
+    for (auto& [ptr, block] : live_) addHead(block);
+    for (const PendingFree& p : pending_) addHead(p.block);
+    for (Block* b : small_blocks_) addHead(b);
+    for (Block* b : large_blocks_) addHead(b);
+    std::sort(heads.begin(), heads.end(), [](Block* a, Block* b) { return a->ptr < b->ptr; });
+    for (Block* head : heads) {
+      SegmentInfo segment{device_, reinterpret_cast<uintptr_t>(head->ptr), 0, 0, 0, 0,
+                          head->stream, head->small, {}};
+      for (Block* b = head; b; b = b->next) {
+        const char* state = b->state == Block::State::kAllocated     ? "active_allocated"
+                            : b->state == Block::State::kPendingFree ? "active_pending_free"
+                                                                     : "inactive";
+        size_t requested = b->state == Block::State::kCached ? 0 : b->requested;
+        segment.blocks.push_back({reinterpret_cast<uintptr_t>(b->ptr), b->size, requested, state});
+        segment.total_size += b->size;
+        if (b->state == Block::State::kAllocated) segment.allocated_size += b->size;
+        if (b->state != Block::State::kCached) {
+          segment.active_size += b->size;
+          segment.requested_size += requested;
+        }
+      }
+      out.push_back(std::move(segment));
+    }
+  }
+
   void resetAccumulated() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (StatArray* a : statArrays())
@@ -161,10 +227,6 @@ class DeviceCache {
     stats_.num_ooms = 0;
     stats_.num_device_alloc = 0;
     stats_.num_device_free = 0;
-  }
-  size_t reserved() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return static_cast<size_t>(stats_.reserved_bytes[0].current);
   }
 
  private:
@@ -184,10 +246,67 @@ class DeviceCache {
             &stats_.inactive_split_bytes, &stats_.requested_bytes};
   }
 
-  void release(Block* block) {
-    statAdd(stats_.active, block->small(), -1);
-    statAdd(stats_.active_bytes, block->small(), -static_cast<int64_t>(block->size));
-    cached_.insert(block);
+  BlockPool& pool(bool small) { return small ? small_blocks_ : large_blocks_; }
+
+  // The only ways into and out of a pool, so that the statistics of cached
+  // parts of split segments ("inactive split", memory empty_cache cannot
+  // return) follow every move. A cached block's isSplit() cannot change while
+  // it is pooled: only merging into it removes neighbours, and that takes it out first.
+  void insertCached(Block* block) {
+    block->state = Block::State::kCached;
+    pool(block->small).insert(block);
+    if (block->isSplit()) {
+      statAdd(stats_.inactive_split, block->small, 1);
+      statAdd(stats_.inactive_split_bytes, block->small, block->size);
+    }
+  }
+  void eraseCached(Block* block) {
+    pool(block->small).erase(block);
+    if (block->isSplit()) {
+      statAdd(stats_.inactive_split, block->small, -1);
+      statAdd(stats_.inactive_split_bytes, block->small, -static_cast<int64_t>(block->size));
+    }
+  }
+
+  // A freed block (its other streams done) becomes cached, merged with cached neighbours.
+  void makeCached(Block* block) {
+    statAdd(stats_.active, block->small, -1);
+    statAdd(stats_.active_bytes, block->small, -static_cast<int64_t>(block->size));
+    if (Block* prev = block->prev; prev && prev->state == Block::State::kCached) {
+      eraseCached(prev);
+      block->ptr = prev->ptr;
+      block->size += prev->size;
+      block->prev = prev->prev;
+      if (block->prev) block->prev->next = block;
+      delete prev;
+    }
+    if (Block* next = block->next; next && next->state == Block::State::kCached) {
+      eraseCached(next);
+      block->size += next->size;
+      block->next = next->next;
+      if (block->next) block->next->prev = block;
+      delete next;
+    }
+    insertCached(block);
+  }
+
+  // CUDA's rule: split a small block if a minimal block remains, a large one
+  // only if more than a small allocation's worth remains.
+  void splitIfWorthIt(Block* block, size_t size) {
+    const size_t rest = block->size - size;
+    if (block->small ? rest < kMinBlockSize : rest <= kSmallSize) return;
+    auto* remaining = new Block();
+    remaining->ptr = static_cast<char*>(block->ptr) + size;
+    remaining->size = rest;
+    remaining->device = device_;
+    remaining->stream = block->stream;
+    remaining->small = block->small;
+    remaining->prev = block;
+    remaining->next = block->next;
+    if (remaining->next) remaining->next->prev = remaining;
+    block->next = remaining;
+    block->size = size;
+    insertCached(remaining);
   }
 
   // Waits for the streams kernels run on (not oreg_ccl's future streams, which
@@ -224,35 +343,34 @@ class DeviceCache {
         orSanitizerRetire(it->block->ptr, it->block->size, e);
         orEventDestroy(e);
       }
-      release(it->block);
+      makeCached(it->block);
       it = pending_.erase(it);
     }
   }
 
-  Block* takeCached(size_t size, c10::StreamId stream) {
+  // The smallest cached block of the pool, allocated on this stream, that fits.
+  Block* takeCached(bool small, size_t size, c10::StreamId stream) {
     Block key;
     key.stream = stream;
     key.size = size;
-    key.ptr = nullptr;
-    auto it = cached_.lower_bound(&key);
-    if (it == cached_.end() || (*it)->stream != stream) return nullptr;
-    // Don't hand a huge block to a tiny request; don't mix small and large pools.
-    if ((*it)->size > 2 * size || (*it)->small() != (size <= kSmallSize)) return nullptr;
+    auto it = pool(small).lower_bound(&key);
+    if (it == pool(small).end() || (*it)->stream != stream) return nullptr;
     Block* block = *it;
-    cached_.erase(it);
+    eraseCached(block);
     return block;
   }
 
-  Block* allocateFromDriver(size_t size, c10::StreamId stream, size_t requested) {
+  Block* allocateSegment(bool small, size_t size, c10::StreamId stream, size_t requested) {
+    const size_t bytes = segmentSize(size);
     void* ptr = nullptr;
-    orError error = orMalloc(device_, &ptr, size);
-    if (error == orErrorMemoryAllocation && (!cached_.empty() || !pending_.empty())) {
+    orError error = mallocWithinFraction(bytes, &ptr);
+    if (error == orErrorMemoryAllocation && hasCachedOrPending()) {
       // Free the cache and retry, like CUDA's allocator.
       stats_.num_alloc_retries++;
       waitForDeviceAndPendingUses();
       processPendingFrees();
-      releaseCached();
-      error = orMalloc(device_, &ptr, size);
+      releaseCachedSegments();
+      error = mallocWithinFraction(bytes, &ptr);
     }
     if (error == orErrorMemoryAllocation) {
       stats_.num_ooms++;
@@ -260,12 +378,15 @@ class DeviceCache {
       size_t used = orMemoryUsed(device_);
       size_t allocated = static_cast<size_t>(stats_.allocated_bytes[0].current);
       size_t reserved = static_cast<size_t>(stats_.reserved_bytes[0].current);
+      std::string limit;
+      if (fraction_ < 1.0)
+        limit = formatBytes(allowedBytes()) + " allowed by set_per_process_memory_fraction; ";
       TORCH_CHECK_WITH(
           OutOfMemoryError, false, "openreg out of memory. Tried to allocate ",
           formatBytes(requested), ". Device ", static_cast<int>(device_),
           " has a total capacity of ", formatBytes(total), " of which ",
-          formatBytes(total > used ? total - used : 0), " is free. Of the allocated memory ",
-          formatBytes(allocated), " is allocated by PyTorch, and ",
+          formatBytes(total > used ? total - used : 0), " is free. ", limit,
+          "Of the allocated memory ", formatBytes(allocated), " is allocated by PyTorch, and ",
           formatBytes(reserved - allocated),
           " is reserved by PyTorch but unallocated. The simulated capacity is set by "
           "OPENREG_DEVICE_MEMORY.");
@@ -273,32 +394,62 @@ class DeviceCache {
     OPENREG_CHECK(error);
     auto* block = new Block();
     block->ptr = ptr;
-    block->size = size;
+    block->size = bytes;
     block->device = device_;
     block->stream = stream;
+    block->small = small;
     stats_.num_device_alloc++;
-    statAdd(stats_.segment, block->small(), 1);
-    statAdd(stats_.reserved_bytes, block->small(), size);
+    statAdd(stats_.segment, small, 1);
+    statAdd(stats_.reserved_bytes, small, bytes);
     return block;
   }
 
-  void releaseCached() {
-    for (Block* block : cached_) {
-      OPENREG_CHECK(orFree(block->ptr));
-      stats_.num_device_free++;
-      statAdd(stats_.segment, block->small(), -1);
-      statAdd(stats_.reserved_bytes, block->small(), -static_cast<int64_t>(block->size));
-      delete block;
+  size_t allowedBytes() const {
+    return static_cast<size_t>(fraction_ * static_cast<double>(orDeviceTotalMemory()));
+  }
+
+  // The driver's allocation, refused beyond the per-process fraction as
+  // CUDA's allocator refuses it (it counts what the cache has reserved).
+  orError mallocWithinFraction(size_t bytes, void** ptr) {
+    if (fraction_ < 1.0 &&
+        static_cast<size_t>(stats_.reserved_bytes[0].current) + bytes > allowedBytes())
+      return orErrorMemoryAllocation;
+    return orMalloc(device_, ptr, bytes);
+  }
+
+  bool hasCachedOrPending() const {
+    return !small_blocks_.empty() || !large_blocks_.empty() || !pending_.empty();
+  }
+
+  // Returns to the driver every segment with nothing allocated from it (a
+  // cached block that is not split); a segment in part allocated stays.
+  void releaseCachedSegments() {
+    for (bool small : {true, false}) {
+      BlockPool& blocks = pool(small);
+      for (auto it = blocks.begin(); it != blocks.end();) {
+        Block* block = *it;
+        if (block->isSplit()) {
+          ++it;
+          continue;
+        }
+        OPENREG_CHECK(orFree(block->ptr));
+        stats_.num_device_free++;
+        statAdd(stats_.segment, small, -1);
+        statAdd(stats_.reserved_bytes, small, -static_cast<int64_t>(block->size));
+        it = blocks.erase(it);
+        delete block;
+      }
     }
-    cached_.clear();
   }
 
   const c10::DeviceIndex device_;
   std::mutex mutex_;
-  std::set<Block*, BlockOrder> cached_;            // GUARDED_BY mutex_
+  BlockPool small_blocks_;                         // GUARDED_BY mutex_
+  BlockPool large_blocks_;                         // GUARDED_BY mutex_
   std::vector<PendingFree> pending_;               // GUARDED_BY mutex_
   std::unordered_map<void*, Block*> live_;         // GUARDED_BY mutex_
   DeviceStats stats_;                              // GUARDED_BY mutex_
+  double fraction_ = 1.0;                          // GUARDED_BY mutex_
 };
 
 class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
@@ -310,9 +461,10 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
                           c10::Device(c10::DeviceType::PrivateUse1, device));
     }
     c10::Stream stream = getCurrentStream(device);
-    Block* block = cache(device).malloc(nbytes, stream.id());
-    return c10::DataPtr(block->ptr, block, &deleteBlock,
-                        c10::Device(c10::DeviceType::PrivateUse1, device));
+    // The context is the pointer itself, as CUDA's: copy-on-write storages
+    // (torch._lazy_clone) wrap only such "simple" data pointers.
+    void* ptr = cache(device).malloc(nbytes, stream.id());
+    return c10::DataPtr(ptr, ptr, &deleteBlock, c10::Device(c10::DeviceType::PrivateUse1, device));
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &deleteBlock; }
@@ -333,12 +485,13 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
   }
 
   void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
-    if (!ptr.get()) return;
-    auto* block = static_cast<Block*>(ptr.get_context());
-    if (!block || ptr.get_deleter() != &deleteBlock) return;
+    // Looked up by address, so a copy-on-write storage's (whose deleter is
+    // not ours) is found too; other memory is not in the cache and is skipped.
+    int device = orPointerDevice(ptr.get());
+    if (device < 0) return;
     // Validated now: the free that uses it runs in a deleter, which must not throw.
     (void)rawStream(stream);
-    cache(block->device).recordStream(block->ptr, stream);
+    cache(static_cast<c10::DeviceIndex>(device)).recordStream(ptr.get(), stream);
   }
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override {
@@ -357,19 +510,23 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
     return {total > used ? total - used : 0, total};
   }
 
+  void snapshot(std::vector<SegmentInfo>& out) {
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d)
+      if (caches_[d]) caches_[d]->snapshot(out);
+  }
+
   DeviceCache& cache(c10::DeviceIndex device) {
     check_device_index(device);
     std::call_once(once_[device], [&] { caches_[device] = std::make_unique<DeviceCache>(device); });
     return *caches_[device];
   }
 
-  static void deleteBlock(void* ctx) {
+  static void deleteBlock(void* ptr) {
     // A forked child freeing a tensor it inherited: the cache's mutex may have
     // been held by a parent thread at fork, and the parent's streams do not
     // exist here. The memory is the parent's; leave it.
-    if (!ctx || orIsForkedChild()) return;
-    auto* block = static_cast<Block*>(ctx);
-    instance().cache(block->device).free(block);
+    if (!ptr || orIsForkedChild()) return;
+    instance().cache(static_cast<c10::DeviceIndex>(orPointerDevice(ptr))).free(ptr);
   }
 
   static OpenRegCachingAllocatorImpl& instance();
@@ -392,5 +549,34 @@ struct Registrar {
 }  // namespace
 
 c10::DeviceAllocator* getCachingAllocator() { return &OpenRegCachingAllocatorImpl::instance(); }
+
+void* rawAlloc(size_t bytes, c10::Stream stream) {
+  if (bytes == 0) return nullptr;
+  (void)rawStream(stream);  // an openreg stream that exists
+  return OpenRegCachingAllocatorImpl::instance().cache(stream.device_index()).malloc(bytes, stream.id());
+}
+
+void rawDelete(void* ptr) {
+  if (!ptr) return;
+  int device = orPointerDevice(ptr);
+  TORCH_CHECK(device >= 0 && OpenRegCachingAllocatorImpl::instance()
+                                 .cache(static_cast<c10::DeviceIndex>(device))
+                                 .free(ptr),
+              "invalid device pointer: ", ptr);
+}
+
+void setMemoryFraction(double fraction, c10::DeviceIndex device) {
+  OpenRegCachingAllocatorImpl::instance().cache(device).setFraction(fraction);
+}
+
+double getMemoryFraction(c10::DeviceIndex device) {
+  return OpenRegCachingAllocatorImpl::instance().cache(device).fraction();
+}
+
+std::vector<SegmentInfo> memorySnapshot() {
+  std::vector<SegmentInfo> segments;
+  OpenRegCachingAllocatorImpl::instance().snapshot(segments);
+  return segments;
+}
 
 }  // namespace openreg

@@ -9,8 +9,11 @@
 // Memory is returned to the driver only by empty_cache() or on an
 // allocation failure (retry), after synchronising the device.
 //
-// Blocks are not split: requests are rounded up (512 B under 1 MiB, 2 MiB
-// above) and a cached block is reused for a request of at least half its size.
+// Segments and blocks as CUDA's: requests round up to 512 B and are carved
+// from driver segments (2 MiB for requests up to 1 MiB, 20 MiB up to 10 MiB,
+// else the request rounded up to 2 MiB); a cached block is split to serve a
+// smaller request and merges with its freed neighbours; empty_cache() returns
+// segments with nothing allocated in them.
 //
 // Thread safety: one mutex per device guards that device's blocks and stats.
 // Tests: tests/runtime/test_memory.py.
@@ -18,10 +21,41 @@
 
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace openreg {
 
 class OpenRegCachingAllocator;
 // The process-wide allocator instance (also reachable via c10::GetAllocator).
 c10::DeviceAllocator* getCachingAllocator();
+
+// torch.openreg.caching_allocator_alloc / _delete: a block for `stream` (its
+// device's cache), freed by address like a tensor's.
+void* rawAlloc(size_t bytes, c10::Stream stream);
+void rawDelete(void* ptr);
+
+// torch.openreg.set_per_process_memory_fraction: what the cache may reserve on
+// the device, as a fraction of its capacity (allocations beyond it raise OOM).
+void setMemoryFraction(double fraction, c10::DeviceIndex device);
+double getMemoryFraction(c10::DeviceIndex device);
+
+// torch.openreg.memory_snapshot: every segment of every device, its blocks in
+// address order (the fields of torch.cuda.memory_snapshot()).
+struct BlockInfo {
+  uintptr_t address;
+  size_t size;
+  size_t requested_size;
+  const char* state;  // "active_allocated", "active_pending_free" or "inactive"
+};
+struct SegmentInfo {
+  c10::DeviceIndex device;
+  uintptr_t address;
+  size_t total_size, allocated_size, active_size, requested_size;
+  c10::StreamId stream;
+  bool small;
+  std::vector<BlockInfo> blocks;
+};
+std::vector<SegmentInfo> memorySnapshot();
 
 }  // namespace openreg

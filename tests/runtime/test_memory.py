@@ -12,19 +12,20 @@ def test_exact_statistics_after_known_allocations(python):
     r = python("""
         import torch, json
         o = torch.openreg
-        a = torch.empty(250, device="openreg")           # 1000 B -> one 1024 B block
-        b = torch.empty(1024 * 1024, device="openreg")    # 4 MiB -> large pool, 4 MiB block
+        a = torch.empty(250, device="openreg")           # 1000 B -> 1024 B of a 2 MiB small segment
+        b = torch.empty(1024 * 1024, device="openreg")    # 4 MiB -> 4 MiB of a 20 MiB large segment
         s1 = o.memory_stats()
-        del a
+        del a                                             # merges back: the small segment is whole
         s2 = o.memory_stats()
-        c = torch.empty(256, device="openreg")           # reuses the cached 1024 B block
+        c = torch.empty(256, device="openreg")           # 1024 B from the cached small segment
         s3 = o.memory_stats()
         del b, c
         o.empty_cache()
         s4 = o.memory_stats()
         keys = ["allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
                 "requested_bytes.all.current", "allocation.all.current", "segment.all.current",
-                "allocated_bytes.small_pool.current", "allocated_bytes.large_pool.current"]
+                "allocated_bytes.small_pool.current", "allocated_bytes.large_pool.current",
+                "inactive_split_bytes.all.current", "inactive_split.all.current"]
         print(json.dumps([[s[k] for k in keys] for s in (s1, s2, s3, s4)]))
         print(o.memory_allocated(), o.max_memory_allocated(), o.memory_reserved(), o.max_memory_reserved())
         print(torch.accelerator.max_memory_allocated())
@@ -33,13 +34,65 @@ def test_exact_statistics_after_known_allocations(python):
     lines = r.stdout.splitlines()
     import json
     s1, s2, s3, s4 = json.loads(lines[0])
-    mib4 = 4 * 1024 * 1024
-    assert s1 == [1024 + mib4, 1024 + mib4, 1024 + mib4, 1000 + mib4, 2, 2, 1024, mib4]
-    assert s2 == [mib4, 1024 + mib4, 1024 + mib4, mib4, 1, 2, 0, mib4]
-    assert s3 == [1024 + mib4, 1024 + mib4, 1024 + mib4, 1024 + mib4, 2, 2, 1024, mib4]
-    assert s4 == [0, 1024 + mib4, 0, 0, 0, 0, 0, 0]
-    assert lines[1].split() == ["0", str(1024 + mib4), "0", str(1024 + mib4)]
-    assert lines[2] == str(1024 + mib4)
+    mib = 1024 * 1024
+    reserved = 2 * mib + 20 * mib
+    split_rest = (2 * mib - 1024) + 16 * mib
+    assert s1 == [1024 + 4 * mib, 1024 + 4 * mib, reserved, 1000 + 4 * mib, 2, 2, 1024, 4 * mib, split_rest, 2]
+    assert s2 == [4 * mib, 1024 + 4 * mib, reserved, 4 * mib, 1, 2, 0, 4 * mib, 16 * mib, 1]
+    assert s3 == [1024 + 4 * mib, 1024 + 4 * mib, reserved, 1024 + 4 * mib, 2, 2, 1024, 4 * mib, split_rest, 2]
+    assert s4 == [0, 1024 + 4 * mib, 0, 0, 0, 0, 0, 0, 0, 0]
+    assert lines[1].split() == ["0", str(1024 + 4 * mib), "0", str(reserved)]
+    assert lines[2] == str(1024 + 4 * mib)
+
+
+def test_blocks_split_from_one_segment_keep_their_data_and_merge_back():
+    o = torch.openreg
+    o.empty_cache()
+    s = o.Stream(device=3)  # a stream of its own: no cached block of another test serves it
+    with o.stream(s):
+        before = o.memory_reserved(3)
+        a = torch.full((250,), 1.0, device="openreg:3")
+        b = torch.full((250,), 2.0, device="openreg:3")
+        c = torch.full((300_000,), 3.0, device="openreg:3")  # 1.2 MB: large pool, a 20 MiB segment
+        d = torch.full((300_000,), 4.0, device="openreg:3")
+        assert b.data_ptr() == a.data_ptr() + 1024
+        assert d.data_ptr() == c.data_ptr() + 1_200_128  # 1.2 MB rounded up to 512 B
+        assert o.memory_reserved(3) - before == (2 + 20) << 20
+        assert [t.sum().item() for t in (a, b, c, d)] == [250.0, 500.0, 900_000.0, 1_200_000.0]
+        del a, c
+        s.synchronize()
+        o.empty_cache()  # b and d keep their segments
+        assert o.memory_reserved(3) - before == (2 + 20) << 20
+        assert b.sum().item() == 500.0 and d.sum().item() == 1_200_000.0
+        del b, d
+        s.synchronize()
+        o.empty_cache()
+        assert o.memory_reserved(3) == before
+
+
+def test_requests_just_above_a_small_block_share_segments(python):
+    # 40 x 1.25 MiB fit a 64 MiB device as on CUDA (three 20 MiB segments);
+    # rounding each to 2 MiB, as without splitting, needs 80 MiB.
+    r = python("""
+        import torch
+        MiB = 1024 * 1024
+        xs = [torch.ones(5 * MiB // 4, dtype=torch.uint8, device="openreg") for _ in range(40)]
+        o = torch.openreg
+        print(o.memory_allocated() // (MiB // 4), o.memory_reserved() // MiB, o.memory_stats()["segment.all.current"])
+        print(sum(int(x.sum().item()) for x in xs) == 40 * 5 * MiB // 4)
+    """, env={"OPENREG_DEVICE_MEMORY": "64MiB"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["200", "60", "3", "True"]
+
+
+def test_lazy_clone_copies_on_write():
+    x = torch.arange(6.0, device="openreg")
+    y = torch._lazy_clone(x)
+    assert torch._C._is_cow_tensor(x) and torch._C._is_cow_tensor(y)  # shared until written
+    y.add_(10)
+    assert not torch._C._is_cow_tensor(y)
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert y.tolist() == [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]
 
 
 def test_reset_peak_and_summary():
@@ -223,3 +276,70 @@ def test_mem_get_info_and_accelerator_stats():
     x = torch.empty(1 << 18, device="openreg")
     assert torch.accelerator.memory_allocated() == torch.openreg.memory_allocated()
     del x
+
+
+def test_memory_snapshot_lists_segments_and_blocks():
+    o = torch.openreg
+    s = o.Stream(device=4)
+    with o.stream(s):
+        a = torch.empty(250, device="openreg:4")
+        b = torch.empty(250, device="openreg:4")
+        del a
+        segments = [seg for seg in o.memory_snapshot() if seg["device"] == 4 and seg["stream"] == s.stream_id]
+    assert len(segments) == 1
+    seg = segments[0]
+    assert seg["segment_type"] == "small" and seg["total_size"] == 2 << 20
+    assert seg["allocated_size"] == seg["active_size"] == 1024 and seg["requested_size"] == 1000
+    states = [(blk["address"] - seg["address"], blk["size"], blk["state"]) for blk in seg["blocks"]]
+    assert states == [(0, 1024, "inactive"), (1024, 1024, "active_allocated"), (2048, (2 << 20) - 2048, "inactive")]
+    assert b.data_ptr() == seg["address"] + 1024
+    nested = o.memory_stats_as_nested_dict(4)
+    assert nested["allocated_bytes"]["all"]["current"] == o.memory_stats(4)["allocated_bytes.all.current"]
+
+
+def test_per_process_memory_fraction_limits_reserved_memory(python):
+    r = python("""
+        import torch
+        o = torch.openreg
+        MiB = 1024 * 1024
+        o.set_per_process_memory_fraction(0.5)             # 32 of 64 MiB
+        print(o.get_per_process_memory_fraction())
+        x = torch.empty(24 * MiB, dtype=torch.uint8, device="openreg")
+        try:
+            torch.empty(12 * MiB, dtype=torch.uint8, device="openreg")
+        except torch.OutOfMemoryError as e:
+            print("OOM", "32.00 MiB allowed" in str(e))
+        o.set_per_process_memory_fraction(1.0)
+        y = torch.empty(12 * MiB, dtype=torch.uint8, device="openreg")
+        for bad in (1.5, -0.1):
+            try:
+                o.set_per_process_memory_fraction(bad)
+            except ValueError as e:
+                print(e)
+        try:
+            o.set_per_process_memory_fraction(1)
+        except TypeError as e:
+            print(e)
+    """, env={"OPENREG_DEVICE_MEMORY": "64MiB"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "0.5", "OOM True",
+        "Invalid fraction value: 1.5. Allowed range: 0~1",
+        "Invalid fraction value: -0.1. Allowed range: 0~1",
+        "Invalid type for fraction argument, must be `float`"]
+
+
+def test_caching_allocator_alloc_and_delete():
+    o = torch.openreg
+    s = o.Stream(device=6)
+    before = o.memory_allocated(6)
+    ptr = o.caching_allocator_alloc(3000, device=6, stream=s)
+    assert o.memory_allocated(6) - before == 3072
+    o.caching_allocator_delete(ptr)
+    assert o.memory_allocated(6) == before
+    with pytest.raises(RuntimeError, match="invalid device pointer"):
+        o.caching_allocator_delete(ptr)  # freed already
+    with pytest.raises(TypeError, match="must be `torch.openreg.Stream`"):
+        o.caching_allocator_alloc(10, stream=torch.Stream(device="cpu"))
+    with pytest.raises(ValueError, match="openreg:6, not on openreg:1"):
+        o.caching_allocator_alloc(10, device=1, stream=s)
