@@ -58,6 +58,17 @@ void recordPinned(const at::Tensor& t, const c10::Stream& stream) {
   getHostAllocator()->record_event(t.storage().mutable_data(), nullptr, stream);
 }
 
+// A non-owning view of a pageable host tensor for a blocking copy, which the
+// worker runs if the stream is busy while the host thread waits for it
+// (runSynchronously): handling the user's tensor there could need the GIL
+// (its Python object), which the waiting thread may hold. Read-only sources
+// are not materialised (a copy-on-write tensor stays shared).
+at::Tensor pageableView(const at::Tensor& t, bool written) {
+  if (t.layout() != c10::kStrided || !t.has_storage()) return t;
+  void* data = written ? t.storage().mutable_data() : const_cast<void*>(t.storage().data());
+  return hostTensorAt(data, t.storage().nbytes(), t);
+}
+
 // Runs `body` in stream order and returns once it is done. When the stream is
 // idle the host thread does the copy itself (no worker round trip).
 void runSynchronously(const c10::Stream& stream, std::function<void()> body,
@@ -81,7 +92,8 @@ void copyHostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blo
     recordPinned(src, stream);
     return;
   }
-  runSynchronously(stream, [&src, &dst_view] { dst_view.copy_(src); }, src, dst);
+  at::Tensor src_view = pageableView(src, /*written=*/false);
+  runSynchronously(stream, [&src_view, &dst_view] { dst_view.copy_(src_view); }, src, dst);
 }
 
 void copyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
@@ -93,7 +105,8 @@ void copyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blo
     recordPinned(dst, stream);
     return;
   }
-  runSynchronously(stream, [&src_view, &dst] { dst.copy_(src_view); }, src, dst);
+  at::Tensor dst_view = pageableView(dst, /*written=*/true);
+  runSynchronously(stream, [&src_view, &dst_view] { dst_view.copy_(src_view); }, src, dst);
 }
 
 }  // namespace

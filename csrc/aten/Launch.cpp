@@ -4,6 +4,7 @@
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/InferenceMode.h>
 
 #include "../runtime/OpenRegCachingAllocator.h"
 #include "../runtime/OpenRegException.h"
@@ -13,6 +14,9 @@
 namespace openreg {
 
 at::Tensor tensorOver(c10::Storage storage, const at::Tensor& like, c10::DispatchKey key) {
+  // Never an inference tensor, even under torch.inference_mode(): the worker
+  // thread runs kernels outside inference mode, where writing into one raises.
+  c10::InferenceMode not_inference(/*enabled=*/false);
   auto view = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
                                                        c10::DispatchKeySet(key), like.dtype());
   view.unsafeGetTensorImpl()->set_sizes_and_strides(like.sizes(), like.strides(),

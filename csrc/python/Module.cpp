@@ -158,7 +158,10 @@ PYBIND11_MODULE(_C, m) {
   });
   if (orSanitizerEnabled()) trackLaunchingOps();  // OPENREG_SANITIZER=1
   m.def("_sanitizer_enabled", [] { return orSanitizerEnabled(); });
-  m.def("_empty_cache", [] { getCachingAllocator()->emptyCache(); });
+  m.def("_empty_cache", [] {
+    py::gil_scoped_release no_gil;  // it waits for the streams
+    getCachingAllocator()->emptyCache();
+  });
   m.def("_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(getDefaultGenerator(static_cast<c10::DeviceIndex>(d))));

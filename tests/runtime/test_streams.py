@@ -253,3 +253,50 @@ def test_stream_api_details_as_torch_cuda():
     a.synchronize()
     with pytest.raises(RuntimeError):
         a.elapsed_time(b)
+
+
+def test_blocking_copies_queued_behind_work_need_no_gil(python):
+    # A blocking copy of a pageable tensor queued behind busy work runs on the
+    # stream worker while the calling thread waits; it used the caller's tensor
+    # there, whose Python object needs the GIL, so a thread that held the GIL
+    # while waiting for that stream (empty_cache, storage.cpu(), torch.save)
+    # deadlocked with it.
+    r = python("""
+        import io, threading, time, torch
+        torch.openreg.init()
+        a = torch.ones(1000)
+        def worker():
+            torch.openreg._sleep(300)
+            x = a.to("openreg")             # host -> device, queued behind the sleep
+            c = torch.empty(1000)
+            torch.openreg._sleep(300)
+            c.copy_(x)                      # device -> host, likewise
+            print(int(c.sum()))
+        t = threading.Thread(target=worker)
+        t.start()
+        time.sleep(0.1)
+        torch.openreg.empty_cache()
+        time.sleep(0.35)
+        torch.save(torch.ones(4, device="openreg"), io.BytesIO())
+        t.join()
+        print("done")
+    """, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1000", "done"]
+
+
+def test_kernels_launched_under_inference_mode():
+    # Kernel views made under inference mode were inference tensors, and the
+    # stream worker (outside inference mode) could not write through them:
+    # clone, device-to-device and queued host copies failed the stream.
+    x = torch.arange(4.0, device="openreg")
+    with torch.inference_mode():
+        torch.openreg._sleep(50)  # the host copy below is queued on the worker
+        copies = [x.clone(), x.to("openreg:1"), torch.arange(4.0).to("openreg"), (x * 2).cpu() / 2]
+        layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+        src = torch.randn(2, 5, 8)
+        expected = layer(src)
+        out = layer.to("openreg")(src.to("openreg"))
+    for c in copies:
+        assert c.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    torch.testing.assert_close(out.cpu(), expected)
