@@ -33,6 +33,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/flat_hash_map.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -577,6 +578,15 @@ void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t n
                      c10::Device device, const std::vector<at::Tensor>& originals,
                      const std::vector<at::Tensor>& fresh, std::vector<int> slots) {
   checkDispatch(op, args, num_args);
+  // A view op (view_as_real, .real of a complex tensor: every result aliases
+  // an input, no argument is written): its results already share the inputs'
+  // memory, so there is nothing to run, and no read for the race checker to
+  // order (a view touches no data, as on CUDA).
+  const auto& arguments = op.schema().arguments();
+  if (fresh.empty() && std::none_of(arguments.begin(), arguments.end(), [](const auto& a) {
+        return a.alias_info() && a.alias_info()->isWrite();
+      }))
+    return;
   ArgumentConverter cpu(device.index(), /*to_meta=*/false);
   PreparedCall cpu_call = prepare(op.schema(), args, num_args, cpu);
   std::vector<at::Tensor> fresh_views;
@@ -987,25 +997,6 @@ void checkHostVisibleZeroDivisor(const c10::OperatorHandle& op, const c10::IValu
   op.redispatchBoxed(kCPUKeys, &probe);
 }
 
-// convolution's argument checks that its Meta kernel leaves to the CPU kernel
-// (where they would fail the stream): made on the host, in the CPU's words.
-void checkConvolutionArguments(const IValue* args) {
-  auto any = [](const IValue& v, auto bad) {
-    if (!v.isIntList()) return false;
-    for (int64_t x : v.toIntVector())
-      if (bad(x)) return true;
-    return false;
-  };
-  // (input, weight, bias, stride, padding, dilation, transposed, output_padding, ...)
-  TORCH_CHECK(!any(args[4], [](int64_t x) { return x < 0; }), "negative padding is not supported");
-  TORCH_CHECK(!any(args[7], [](int64_t x) { return x < 0; }),
-              "negative output_padding is not supported");
-  TORCH_CHECK(!any(args[3], [](int64_t x) { return x <= 0; }), "non-positive stride is not supported");
-  TORCH_CHECK(!any(args[5], [](int64_t x) { return x < 0; }), "dilation should be greater than zero");
-  TORCH_CHECK(!any(args[5], [](int64_t x) { return x == 0; }),
-              "dilation should be greater than zero, but got ", args[5].toDimVector());
-}
-
 }  // namespace
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -1035,11 +1026,6 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool async = tryRunAsynchronously(op, stack, num_args, *device);
   recordFallback(op, async);
   if (!async) runSynchronously(op, stack, num_args, *device);
-}
-
-void convolutionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  checkConvolutionArguments(stack->data() + stack->size() - op.schema().arguments().size());
-  fallback(op, stack);
 }
 
 }  // namespace openreg::kernels
