@@ -5,9 +5,11 @@
 // its output (so errors are the CPU's, raised on the host), and ONE kernel
 // runs the per-tensor CPU implementations for the whole list.
 #include <algorithm>
+#include <limits>
 
 #include <ATen/ScalarOps.h>
 #include <ATen/native/ForeachUtils.h>
+
 #include <ATen/ops/linalg_vector_norm_cpu_dispatch.h>
 #include <ATen/ops/linalg_vector_norm_meta.h>
 #include <ATen/ops/sqrt_cpu_dispatch.h>
@@ -219,6 +221,11 @@ std::vector<Tensor> foreach_sqrt(TensorList self) {
 // foreach_tensor_norm_slow: linalg_vector_norm(t, ord, {}, false, dtype) per tensor.
 std::vector<Tensor> foreach_norm(TensorList self, const Scalar& ord, std::optional<at::ScalarType> dtype) {
   at::native::check_foreach_api_restrictions(self);
+  // The CPU's own check, made before any per-tensor norm (whose message differs).
+  if (ord.isFloatingPoint() && ord.toDouble() == std::numeric_limits<double>::infinity())
+    for (const Tensor& t : self)
+      TORCH_CHECK(t.numel() > 0, "_foreach_norm cannot compute the infinity norm on an empty "
+                  "tensor because the operation does not have an identity");
   at::OptionalIntArrayRef all_dims;
   return foreachFunctional<at::meta::structured_linalg_vector_norm>(
       "_foreach_norm", self,

@@ -6,6 +6,7 @@
 // shapes and dtypes per element), so those errors are raised on the host.
 #include <ATen/ops/_fused_adamw.h>
 
+#include "DispatchProbe.h"
 #include "NativeKernels.h"
 #include "Structured.h"
 
@@ -13,6 +14,43 @@ namespace openreg::kernels {
 
 using at::Tensor;
 using at::TensorList;
+
+namespace {
+
+// The CPU kernel's dtype dispatch, made on the host (DispatchProbe.h), so an
+// unsupported dtype raises NotImplementedError at the call, as CUDA's launch
+// does, instead of failing the stream. It dispatches per element on the
+// parameter's and step's dtypes: each distinct signature is probed once.
+void checkFusedAdamwDispatch(TensorList params, TensorList state_steps, bool amsgrad,
+                             bool maximize, const std::optional<Tensor>& grad_scale,
+                             const std::optional<Tensor>& found_inf) {
+  std::string previous;
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::string key;
+    dispatch_probe::appendKey(key, params[i]);
+    dispatch_probe::appendKey(key, state_steps[i]);
+    dispatch_probe::appendKey(key, grad_scale);
+    dispatch_probe::appendKey(key, found_inf);
+    dispatch_probe::appendKey(key, amsgrad);
+    dispatch_probe::appendKey(key, maximize);
+    if (key == previous || key.find(dispatch_probe::kEmpty) != std::string::npos) continue;
+    previous = key;
+    struct Site {};
+    dispatch_probe::check<Site>(key, [&] {
+      auto probe = [](const Tensor& t) { return dispatch_probe::probeTensor(t); };
+      std::vector<Tensor> p{probe(params[i])}, g{probe(params[i])}, m{probe(params[i])},
+          v{probe(params[i])}, steps{probe(state_steps[i])}, vmax;
+      if (amsgrad) vmax.push_back(probe(params[i]));
+      std::optional<Tensor> scale, inf;
+      if (grad_scale.has_value()) scale = probe(*grad_scale);
+      if (found_inf.has_value()) inf = probe(*found_inf);
+      at::_fused_adamw_(p, g, m, v, vmax, steps, 0.1, 0.9, 0.999, 0.0, 1e-8, amsgrad, maximize,
+                        scale, inf);
+    });
+  }
+}
+
+}  // namespace
 
 void fused_adamw_(TensorList params, TensorList grads, TensorList exp_avgs,
                   TensorList exp_avg_sqs, TensorList max_exp_avg_sqs, TensorList state_steps,
@@ -41,6 +79,7 @@ void fused_adamw_(TensorList params, TensorList grads, TensorList exp_avgs,
                   params[i].sizes(), " and dtype ", params[i].scalar_type());
     }
   }
+  checkFusedAdamwDispatch(params, state_steps, amsgrad, maximize, grad_scale, found_inf);
   std::vector<Tensor> reads;
   for (const auto& arg : {grads, state_steps}) collectTensor(reads, arg);
   collectTensor(reads, grad_scale);

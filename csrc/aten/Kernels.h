@@ -46,8 +46,11 @@ void record_stream(at::Tensor& self, c10::Stream stream);
 
 // Fallback.cpp: every operator without a native kernel
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-// The same for (_)convolution, after the argument checks their Meta kernel
-// leaves to the CPU kernel (RegisterFallbackRoutes.cpp routes them here).
+// FallbackChecks.cpp: the same for a few operators (RegisterFallbackRoutes.cpp
+// routes them there), with the argument checks their Meta kernel leaves to
+// the CPU kernel, or outputs the CPU kernel leaves undefined.
 void convolutionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void ampUpdateScaleFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void multiHeadAttentionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 }  // namespace openreg::kernels

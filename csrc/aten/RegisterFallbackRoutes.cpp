@@ -1,6 +1,7 @@
 // PyTorch hook: operators sent to the generic fallback (Fallback.cpp) although
 // PyTorch has a CompositeExplicitAutograd kernel that PrivateUse1 would pick
-// over a backend fallback. Only TORCH_LIBRARY_IMPL blocks live here.
+// over a backend fallback, and operators that need a check or fix-up around
+// the fallback (FallbackChecks.cpp). Only TORCH_LIBRARY_IMPL blocks live here.
 //
 // Why each group is routed (tests: tests/ops/test_opinfo.py):
 //  - (_)convolution, convolution_backward: the composite kernels end in
@@ -14,6 +15,10 @@
 //    tensors.
 //  - conj_physical_: the composite kernel calls the CPU's DispatchStub
 //    directly, which has no openreg entry (an internal assert on complex input).
+//  - _amp_update_scale_: its CPU kernel checks the state tensors' dtypes and
+//    sizes, which the fallback would only meet on the stream.
+//  - _native_multi_head_attention: without need_weights, the CPU kernel returns
+//    undefined weights (None), the fallback an empty tensor.
 //  - mse_loss, smooth_l1_loss: the composite kernel calls the .out op with the
 //    reduced 0-dim output, and the CPU .out kernel first sizes it elementwise,
 //    warning about resizing a non-empty out= on every call.
@@ -27,6 +32,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   const auto route = [] { return torch::CppFunction::makeFromBoxedFunction<&fallback>(); };
   for (const char* name : {"convolution", "_convolution", "_convolution.deprecated"})
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&convolutionFallback>());
+  m.impl("_amp_update_scale_", torch::CppFunction::makeFromBoxedFunction<&ampUpdateScaleFallback>());
+  m.impl("_native_multi_head_attention",
+         torch::CppFunction::makeFromBoxedFunction<&multiHeadAttentionFallback>());
   for (const char* name : {"convolution_backward", "addr", "addr.out",
                            "native_group_norm", "linalg__powsum", "mode.values", "mse_loss",
                            "smooth_l1_loss", "conj_physical_"})
