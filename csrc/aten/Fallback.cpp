@@ -367,6 +367,7 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
       for (auto& [dev, host] : out_args)
         if (r.is_same(host)) return dev;
       if (auto alias = aliasedResult(r, conv, call.originals, call.converted)) return *alias;
+      if (r.is_nested()) return nestedOnDevice(r, device);  // torch._nested_tensor_from_mask
       at::Tensor out = emptyLike(r, device);
       kernelView(out).copy_(r);
       return out;

@@ -46,6 +46,9 @@ void record_stream(at::Tensor& self, c10::Stream stream);
 
 // Fallback.cpp: every operator without a native kernel
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// NestedFallback.cpp: a nested tensor's host copy moved to the device.
+at::Tensor nestedOnDevice(const at::Tensor& nested, c10::Device device);
+
 // FallbackChecks.cpp: the same for a few operators (RegisterFallbackRoutes.cpp
 // routes them there), with the argument checks their Meta kernel leaves to
 // the CPU kernel, or outputs the CPU kernel leaves undefined.

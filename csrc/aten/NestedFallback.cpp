@@ -1,0 +1,153 @@
+// PyTorch hook: the backend fallback of the NestedTensorPrivateUse1 dispatch
+// key, so nested tensors (torch.nested, layout=torch.strided) work on openreg.
+//
+// A nested tensor on openreg is NestedTensorImpl over a device buffer, as on
+// CUDA. ATen's nested kernels exist for NestedTensorCPU and NestedTensorCUDA
+// only, so every operator on one runs synchronously on the CPU's nested
+// kernels over host copies, and its results are copied back (in place for
+// written arguments). The common user is nn.TransformerEncoder's inference
+// fast path with a padding mask (torch._nested_tensor_from_mask, then the
+// layers and to_padded_tensor on nested tensors). Views of a nested tensor
+// come back as copies. Tests: tests/ops/test_nested.py.
+#include <ATen/NestedTensorImpl.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include <functional>
+#include <string>
+#include <optional>
+#include <vector>
+
+#include "Kernels.h"
+#include "Launch.h"
+
+namespace openreg::kernels {
+
+at::Tensor nestedOnDevice(const at::Tensor& nested, c10::Device device) {
+  const auto* impl = at::native::get_nested_tensor_impl(nested);
+  at::Tensor buffer = impl->get_unsafe_storage_as_tensor().to(device);
+  return at::detail::make_tensor<at::native::NestedTensorImpl>(
+      buffer, impl->get_nested_sizes().clone(), impl->get_nested_strides().clone(),
+      impl->get_storage_offsets().clone());
+}
+
+namespace {
+
+using c10::IValue;
+
+at::Tensor nestedOnHost(const at::Tensor& nested) {
+  const auto* impl = at::native::get_nested_tensor_impl(nested);
+  at::Tensor buffer = impl->get_unsafe_storage_as_tensor().cpu();
+  return at::detail::make_tensor<at::native::NestedTensorImpl>(
+      buffer, impl->get_nested_sizes().clone(), impl->get_nested_strides().clone(),
+      impl->get_storage_offsets().clone());
+}
+
+at::Tensor toHost(const at::Tensor& t) {
+  if (!t.defined() || !isOpenReg(t)) return t;
+  return t.is_nested() ? nestedOnHost(t) : t.cpu();
+}
+
+at::Tensor toDevice(const at::Tensor& t, c10::Device device) {
+  if (!t.defined() || isOpenReg(t)) return t;
+  return t.is_nested() ? nestedOnDevice(t, device) : t.to(device);
+}
+
+IValue convert(const IValue& v, const std::function<at::Tensor(const at::Tensor&)>& f) {
+  if (v.isTensor()) return f(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
+    return out;
+  }
+  if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(c10::kCPU);
+  return v;
+}
+
+// The argument whose alias set a written return names (an in-place op's self).
+std::optional<size_t> writtenArgumentOf(const c10::FunctionSchema& schema, size_t ret) {
+  const auto* info = schema.returns()[ret].alias_info();
+  if (!info || !info->isWrite()) return std::nullopt;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const auto* arg = schema.arguments()[i].alias_info();
+    if (arg && arg->isWrite() && arg->beforeSets() == info->beforeSets()) return i;
+  }
+  return std::nullopt;
+}
+
+void copyBack(const at::Tensor& device_tensor, const at::Tensor& host) {
+  if (!device_tensor.is_nested()) {
+    device_tensor.copy_(host);
+    return;
+  }
+  at::native::get_nested_tensor_impl(device_tensor)->get_unsafe_storage_as_tensor().copy_(
+      at::native::get_nested_tensor_impl(host)->get_unsafe_storage_as_tensor());
+}
+
+void nestedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  const IValue* args = stack->data() + stack->size() - num_args;
+  std::optional<c10::Device> device;
+  for (size_t i = 0; i < num_args && !device; ++i)
+    convert(args[i], [&](const at::Tensor& t) {
+      if (t.defined() && isOpenReg(t)) device = t.device();
+      return t;
+    });
+  TORCH_CHECK(device.has_value(), "openreg nested fallback: no openreg tensor among the arguments of ",
+              schema.name());
+
+  std::vector<IValue> originals(args, args + num_args);
+  torch::jit::Stack host_stack;
+  for (const IValue& a : originals) host_stack.push_back(convert(a, toHost));
+  std::vector<IValue> host_args = host_stack;  // the host tensors written arguments became
+  torch::jit::drop(*stack, num_args);
+  {
+    // Below autograd, as any backend kernel runs; the CPU keys follow from the arguments.
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    op.callBoxed(host_stack);
+  }
+  for (size_t i = 0; i < num_args; ++i) {
+    const auto* info = schema.arguments()[i].alias_info();
+    if (info && info->isWrite() && originals[i].isTensor() && originals[i].toTensor().defined())
+      copyBack(originals[i].toTensor(), host_args[i].toTensor());
+  }
+  for (size_t r = 0; r < host_stack.size(); ++r) {
+    if (auto written = writtenArgumentOf(schema, r)) {
+      stack->push_back(originals[*written]);
+      continue;
+    }
+    stack->push_back(convert(host_stack[r], [&](const at::Tensor& t) { return toDevice(t, *device); }));
+  }
+}
+
+// An operator with a nested CPU kernel and a CompositeImplicitAutograd one
+// (linear, matmul, softmax...) would decompose for NestedTensorPrivateUse1,
+// whose backend fallback ranks below composite kernels, into ops a nested
+// tensor does not support (sizes()). Registered as its kernel instead, the
+// fallback runs the CPU's nested kernel, as CUDA runs its own.
+struct RegisterNestedKernels {
+  RegisterNestedKernels() {
+    static torch::Library lib(torch::Library::IMPL, "aten", c10::DispatchKey::NestedTensorPrivateUse1,
+                              __FILE__, __LINE__);
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      auto op = dispatcher.findOp(name);
+      if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::NestedTensorCPU)) continue;
+      std::string qualified = name.name.substr(6);
+      if (!name.overload_name.empty()) qualified += "." + name.overload_name;
+      lib.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&nestedFallback>());
+    }
+  }
+} g_register_nested_kernels;
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&nestedFallback>());
+}
+
+}  // namespace openreg::kernels

@@ -1,0 +1,37 @@
+"""Nested tensors on openreg (csrc/aten/NestedFallback.cpp): operators run on
+the CPU's nested kernels over host copies; results match the CPU's."""
+import pytest
+import torch
+
+pytestmark = pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+
+
+def _pair(device):
+    return torch.nested.nested_tensor([torch.arange(6.0).reshape(2, 3), torch.ones(4, 3)], device=device)
+
+
+def test_nested_tensor_ops_match_the_cpu():
+    cpu, dev = _pair("cpu"), _pair("openreg")
+    assert dev.is_nested and dev.device.type == "openreg"
+    for f in (lambda t: t * 2 + 1, lambda t: t.relu(), lambda t: torch.nn.functional.linear(t, torch.ones(5, 3, device=t.device))):
+        out = f(dev)
+        assert out.is_nested and out.device == dev.device
+        torch.testing.assert_close(out.to_padded_tensor(0.0).cpu(), f(cpu).to_padded_tensor(0.0))
+    dev.mul_(3)  # in place: the device buffer is written
+    torch.testing.assert_close(dev.to_padded_tensor(-1.0).cpu(), (cpu * 3).to_padded_tensor(-1.0))
+    assert [t.cpu().tolist() for t in dev.unbind()] == [t.tolist() for t in (cpu * 3).unbind()]
+
+
+def test_transformer_encoder_fast_path_with_a_padding_mask():
+    # The default TransformerEncoder takes its nested-tensor fast path in
+    # inference with a padding mask (it failed with "NestedTensorImpl doesn't
+    # support strides").
+    torch.manual_seed(0)
+    enc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2).eval()
+    x = torch.randn(2, 5, 8)
+    mask = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    with torch.no_grad():
+        expected = enc(x, src_key_padding_mask=mask)
+        out = enc.to("openreg")(x.to("openreg"), src_key_padding_mask=mask.to("openreg"))
+    assert out.device.type == "openreg" and not out.is_nested
+    torch.testing.assert_close(out.cpu(), expected)
