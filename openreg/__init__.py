@@ -80,9 +80,11 @@ from . import rnn  # noqa: F401  (registers the fused RNN cell kernels)
 from . import sanitizer  # noqa: F401  (torch.openreg.sanitizer, the race checker)
 from . import _registration
 from . import _ccl
+from . import _sharing
 
 _registration.register()
 _ccl.register()
+_sharing.register()
 
 OutOfMemoryError = torch.OutOfMemoryError  # what an allocation beyond capacity raises
 
@@ -97,12 +99,15 @@ def __getattr__(name):
 
 
 __all__ = [
-    "Event", "OutOfMemoryError", "Stream", "StreamContext", "current_device", "current_stream", "default_stream",
+    "Event", "OutOfMemoryError", "Stream", "StreamContext", "caching_allocator_alloc",
+    "caching_allocator_delete", "current_device", "current_stream", "default_stream",
     "device", "device_count", "device_of", "empty_cache", "get_device_capability",
+    "get_per_process_memory_fraction",
     "get_amp_supported_dtype", "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
     "init", "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",
     "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
-    "memory_reserved", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
-    "reset_peak_memory_stats", "seed", "seed_all", "set_device", "set_rng_state",
+    "memory_reserved", "memory_snapshot", "memory_stats", "memory_stats_as_nested_dict",
+    "memory_summary", "reset_accumulated_memory_stats", "reset_peak_memory_stats", "seed",
+    "seed_all", "set_device", "set_per_process_memory_fraction", "set_rng_state",
     "set_rng_state_all", "set_stream", "stream", "synchronize",
 ]
