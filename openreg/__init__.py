@@ -15,6 +15,8 @@ def _autoload():
     """
 
 
+import atexit  # noqa: E402
+
 import torch  # noqa: E402
 
 from . import _C  # noqa: F401  (registers the device with PyTorch's hooks)
@@ -85,6 +87,9 @@ from . import _sharing
 _registration.register()
 _ccl.register()
 _sharing.register()
+# Before finalisation, while the autograd engine's device threads can still
+# take the GIL (see _drain_autograd_device_threads in csrc/python/Module.cpp).
+atexit.register(_C._drain_autograd_device_threads)
 
 OutOfMemoryError = torch.OutOfMemoryError  # what an allocation beyond capacity raises
 

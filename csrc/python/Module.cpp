@@ -1,7 +1,9 @@
 // The openreg._C Python extension: the small surface the Python package
 // (openreg/) needs beyond what torch.Stream / torch.Event / torch.accelerator
 // already reach through the registered hooks.
+#include <ATen/ops/ones.h>
 #include <torch/csrc/Event.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -158,6 +160,28 @@ PYBIND11_MODULE(_C, m) {
   });
   if (orSanitizerEnabled()) trackLaunchingOps();  // OPENREG_SANITIZER=1
   m.def("_sanitizer_enabled", [] { return orSanitizerEnabled(); });
+  m.def("_drain_autograd_device_threads", [] {
+    // At interpreter exit (atexit, openreg/__init__.py). The autograd engine
+    // runs an openreg backward on a device thread, which drops its last task
+    // (and Python-owned tensors in it) just after the caller was told the
+    // backward finished; if the interpreter is finalising by then, taking
+    // the GIL for that ends the thread inside a destructor: "terminate
+    // called without an active exception" (about 1 run in 7). A tiny backward
+    // per device, of tensors without Python objects, waits until every
+    // device thread has dropped its previous task.
+    if (!orIsInitialized() || orIsForkedChild()) return;
+    py::gil_scoped_release no_gil;
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
+      if (!deviceHasAllocated(d)) continue;
+      try {
+        auto x = at::ones({1}, at::TensorOptions().device(c10::DeviceType::PrivateUse1, d))
+                     .requires_grad_();
+        torch::autograd::backward({x.sum()});
+      } catch (const std::exception&) {
+        // A failed stream or full device: nothing to drain that we could run.
+      }
+    }
+  });
   m.def("_empty_cache", [] {
     py::gil_scoped_release no_gil;  // it waits for the streams
     getCachingAllocator()->emptyCache();

@@ -510,6 +510,8 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
     return {total > used ? total - used : 0, total};
   }
 
+  bool hasCache(c10::DeviceIndex device) const { return caches_[device] != nullptr; }
+
   void snapshot(std::vector<SegmentInfo>& out) {
     for (c10::DeviceIndex d = 0; d < device_count(); ++d)
       if (caches_[d]) caches_[d]->snapshot(out);
@@ -549,6 +551,10 @@ struct Registrar {
 }  // namespace
 
 c10::DeviceAllocator* getCachingAllocator() { return &OpenRegCachingAllocatorImpl::instance(); }
+
+bool deviceHasAllocated(c10::DeviceIndex device) {
+  return device >= 0 && device < kMaxDevices && OpenRegCachingAllocatorImpl::instance().hasCache(device);
+}
 
 void* rawAlloc(size_t bytes, c10::Stream stream) {
   if (bytes == 0) return nullptr;

@@ -30,6 +30,9 @@ class OpenRegCachingAllocator;
 // The process-wide allocator instance (also reachable via c10::GetAllocator).
 c10::DeviceAllocator* getCachingAllocator();
 
+// Whether the device has allocated memory in this process (its cache exists).
+bool deviceHasAllocated(c10::DeviceIndex device);
+
 // torch.openreg.caching_allocator_alloc / _delete: a block for `stream` (its
 // device's cache), freed by address like a tensor's.
 void* rawAlloc(size_t bytes, c10::Stream stream);
