@@ -7,9 +7,11 @@
 // kernels over host copies, and its results are copied back (in place for
 // written arguments). The common user is nn.TransformerEncoder's inference
 // fast path with a padding mask (torch._nested_tensor_from_mask, then the
-// layers and to_padded_tensor on nested tensors). Views of a nested tensor
-// come back as copies. Tests: tests/ops/test_nested.py.
+// layers and to_padded_tensor on nested tensors). A result that views an
+// input is mapped onto that input's device memory, so views stay views.
+// Tests: tests/ops/test_nested.py.
 #include <ATen/NestedTensorImpl.h>
+#include <ATen/ops/_nested_from_padded.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -43,11 +45,6 @@ at::Tensor nestedOnHost(const at::Tensor& nested) {
   return at::detail::make_tensor<at::native::NestedTensorImpl>(
       buffer, impl->get_nested_sizes().clone(), impl->get_nested_strides().clone(),
       impl->get_storage_offsets().clone());
-}
-
-at::Tensor toHost(const at::Tensor& t) {
-  if (!t.defined() || !isOpenReg(t)) return t;
-  return t.is_nested() ? nestedOnHost(t) : t.cpu();
 }
 
 at::Tensor toDevice(const at::Tensor& t, c10::Device device) {
@@ -86,22 +83,72 @@ void copyBack(const at::Tensor& device_tensor, const at::Tensor& host) {
       at::native::get_nested_tensor_impl(host)->get_unsafe_storage_as_tensor());
 }
 
+// The nested tensors' host copies made for one call, to map results that
+// are views of them (unbind, select, detach, transpose) back onto the device
+// memory they view: the host copy keeps the device storage's whole layout.
+class HostCopies {
+ public:
+  at::Tensor toHost(const at::Tensor& t) {
+    if (!t.defined() || !isOpenReg(t)) return t;
+    if (!t.is_nested()) return t.cpu();
+    at::Tensor host = nestedOnHost(t);
+    copies_.push_back({host.storage().unsafeGetStorageImpl(),
+                       at::native::get_nested_tensor_impl(t)->get_unsafe_storage_as_tensor()});
+    return host;
+  }
+
+  // A result viewing a host copy, as the same view of the device memory.
+  std::optional<at::Tensor> deviceView(const at::Tensor& r) const {
+    if (!r.has_storage()) return std::nullopt;
+    for (const auto& [host, device_storage] : copies_) {
+      if (r.storage().unsafeGetStorageImpl() != host) continue;
+      if (r.is_nested()) {
+        const auto* impl = at::native::get_nested_tensor_impl(r);
+        return at::detail::make_tensor<at::native::NestedTensorImpl>(
+            c10::TensorImpl::VIEW, device_storage, impl->get_nested_sizes().clone(),
+            impl->get_nested_strides().clone(), impl->get_storage_offsets().clone());
+      }
+      if (r.dtype() == device_storage.dtype())
+        return device_storage.as_strided(r.sizes(), r.strides(), r.storage_offset());
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::vector<std::pair<const c10::StorageImpl*, at::Tensor>> copies_;
+};
+
+// Results that describe a nested tensor's layout: on the CPU, as on CUDA.
+bool returnsHostMetadata(const c10::FunctionSchema& schema) {
+  const std::string& name = schema.name();
+  return name == "aten::_nested_tensor_size" || name == "aten::_nested_tensor_strides" ||
+         name == "aten::_nested_tensor_storage_offsets";
+}
+
 void nestedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   const IValue* args = stack->data() + stack->size() - num_args;
-  std::optional<c10::Device> device;
-  for (size_t i = 0; i < num_args && !device; ++i)
+  // Results go to the device a device argument names (to, *_like), else to
+  // the first openreg input's.
+  std::optional<c10::Device> input_device, requested_device;
+  for (size_t i = 0; i < num_args; ++i) {
+    if (args[i].isDevice()) requested_device = args[i].toDevice();
     convert(args[i], [&](const at::Tensor& t) {
-      if (t.defined() && isOpenReg(t)) device = t.device();
+      if (!input_device && t.defined() && isOpenReg(t)) input_device = t.device();
       return t;
     });
-  TORCH_CHECK(device.has_value(), "openreg nested fallback: no openreg tensor among the arguments of ",
-              schema.name());
+  }
+  TORCH_CHECK(input_device.has_value(), "openreg nested fallback: no openreg tensor among the "
+              "arguments of ", schema.name());
+  c10::Device target = requested_device.value_or(*input_device);
+  if (target.is_privateuseone() && !target.has_index()) target = *input_device;
 
+  HostCopies copies;
   std::vector<IValue> originals(args, args + num_args);
   torch::jit::Stack host_stack;
-  for (const IValue& a : originals) host_stack.push_back(convert(a, toHost));
+  for (const IValue& a : originals)
+    host_stack.push_back(convert(a, [&](const at::Tensor& t) { return copies.toHost(t); }));
   std::vector<IValue> host_args = host_stack;  // the host tensors written arguments became
   torch::jit::drop(*stack, num_args);
   {
@@ -114,13 +161,33 @@ void nestedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (info && info->isWrite() && originals[i].isTensor() && originals[i].toTensor().defined())
       copyBack(originals[i].toTensor(), host_args[i].toTensor());
   }
+  const bool metadata = returnsHostMetadata(schema);
   for (size_t r = 0; r < host_stack.size(); ++r) {
     if (auto written = writtenArgumentOf(schema, r)) {
       stack->push_back(originals[*written]);
       continue;
     }
-    stack->push_back(convert(host_stack[r], [&](const at::Tensor& t) { return toDevice(t, *device); }));
+    stack->push_back(convert(host_stack[r], [&](const at::Tensor& t) -> at::Tensor {
+      if (metadata || !t.defined()) return t;
+      if (auto view = copies.deviceView(t)) return *view;
+      return target.is_cpu() ? t : toDevice(t, target);
+    }));
   }
+}
+
+// Ops that build a nested tensor from dense openreg tensors and CPU metadata
+// (as CUDA takes them), which the dense fallback would refuse as mixing devices.
+at::Tensor nestedViewFromBuffer(const at::Tensor& buffer, const at::Tensor& sizes,
+                                const at::Tensor& strides, const at::Tensor& offsets) {
+  TORCH_CHECK(!buffer.is_nested() && buffer.dim() == 1 && buffer.is_contiguous(),
+              "_nested_view_from_buffer: the buffer must be a contiguous 1-D dense tensor");
+  return at::detail::make_tensor<at::native::NestedTensorImpl>(
+      c10::TensorImpl::VIEW, buffer, sizes.cpu(), strides.cpu(), offsets.cpu());
+}
+
+at::Tensor nestedFromPadded(const at::Tensor& padded, const at::Tensor& sizes, bool fuse_transform_0213) {
+  return nestedOnDevice(at::_nested_from_padded(padded.cpu(), sizes.cpu(), fuse_transform_0213),
+                        padded.device());
 }
 
 // An operator with a nested CPU kernel and a CompositeImplicitAutograd one
@@ -148,6 +215,11 @@ struct RegisterNestedKernels {
 
 TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&nestedFallback>());
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_nested_view_from_buffer", TORCH_FN(nestedViewFromBuffer));
+  m.impl("_nested_from_padded", TORCH_FN(nestedFromPadded));
 }
 
 }  // namespace openreg::kernels

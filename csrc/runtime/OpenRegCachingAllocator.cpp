@@ -38,6 +38,7 @@ constexpr size_t kSmallSegment = 2 << 20;
 constexpr size_t kMinLargeAlloc = 10 << 20;
 constexpr size_t kLargeSegment = 20 << 20;
 constexpr size_t kLargeRounding = 2 << 20;
+constexpr size_t kMaxRequest = size_t(1) << 62;
 constexpr int kMaxDevices = 64;
 
 size_t roundSize(size_t size) {
@@ -108,6 +109,8 @@ class DeviceCache {
   void* malloc(size_t requested, c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(mutex_);
     processPendingFrees();
+    // Beyond any device (and where rounding up would wrap around).
+    if (requested > kMaxRequest) raiseOutOfMemory(requested);
     const size_t size = roundSize(requested);
     const bool small = size <= kSmallSize;
     Block* block = takeCached(small, size, stream);
@@ -133,7 +136,6 @@ class DeviceCache {
     live_.erase(it);
     statAdd(stats_.allocation, block->small, -1);
     statAdd(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
-    statAdd(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
     if (block->stream_uses.empty()) {
       makeCached(block);
       return true;
@@ -269,9 +271,12 @@ class DeviceCache {
   }
 
   // A freed block (its other streams done) becomes cached, merged with cached neighbours.
+  // Requested bytes count until then, as active ones (CUDA's free_block).
   void makeCached(Block* block) {
     statAdd(stats_.active, block->small, -1);
     statAdd(stats_.active_bytes, block->small, -static_cast<int64_t>(block->size));
+    statAdd(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
+    block->requested = 0;
     if (Block* prev = block->prev; prev && prev->state == Block::State::kCached) {
       eraseCached(prev);
       block->ptr = prev->ptr;
@@ -372,25 +377,7 @@ class DeviceCache {
       releaseCachedSegments();
       error = mallocWithinFraction(bytes, &ptr);
     }
-    if (error == orErrorMemoryAllocation) {
-      stats_.num_ooms++;
-      size_t total = orDeviceTotalMemory();
-      size_t used = orMemoryUsed(device_);
-      size_t allocated = static_cast<size_t>(stats_.allocated_bytes[0].current);
-      size_t reserved = static_cast<size_t>(stats_.reserved_bytes[0].current);
-      std::string limit;
-      if (fraction_ < 1.0)
-        limit = formatBytes(allowedBytes()) + " allowed by set_per_process_memory_fraction; ";
-      TORCH_CHECK_WITH(
-          OutOfMemoryError, false, "openreg out of memory. Tried to allocate ",
-          formatBytes(requested), ". Device ", static_cast<int>(device_),
-          " has a total capacity of ", formatBytes(total), " of which ",
-          formatBytes(total > used ? total - used : 0), " is free. ", limit,
-          "Of the allocated memory ", formatBytes(allocated), " is allocated by PyTorch, and ",
-          formatBytes(reserved - allocated),
-          " is reserved by PyTorch but unallocated. The simulated capacity is set by "
-          "OPENREG_DEVICE_MEMORY.");
-    }
+    if (error == orErrorMemoryAllocation) raiseOutOfMemory(requested);
     OPENREG_CHECK(error);
     auto* block = new Block();
     block->ptr = ptr;
@@ -402,6 +389,26 @@ class DeviceCache {
     statAdd(stats_.segment, small, 1);
     statAdd(stats_.reserved_bytes, small, bytes);
     return block;
+  }
+
+  [[noreturn]] void raiseOutOfMemory(size_t requested) {
+    stats_.num_ooms++;
+    size_t total = orDeviceTotalMemory();
+    size_t used = orMemoryUsed(device_);
+    size_t allocated = static_cast<size_t>(stats_.allocated_bytes[0].current);
+    size_t reserved = static_cast<size_t>(stats_.reserved_bytes[0].current);
+    std::string limit;
+    if (fraction_ < 1.0)
+      limit = formatBytes(allowedBytes()) + " allowed by set_per_process_memory_fraction; ";
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, false, "openreg out of memory. Tried to allocate ",
+        formatBytes(requested), ". Device ", static_cast<int>(device_),
+        " has a total capacity of ", formatBytes(total), " of which ",
+        formatBytes(total > used ? total - used : 0), " is free. ", limit,
+        "Of the allocated memory ", formatBytes(allocated), " is allocated by PyTorch, and ",
+        formatBytes(reserved - allocated),
+        " is reserved by PyTorch but unallocated. The simulated capacity is set by "
+        "OPENREG_DEVICE_MEMORY.");
   }
 
   size_t allowedBytes() const {

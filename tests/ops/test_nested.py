@@ -35,3 +35,37 @@ def test_transformer_encoder_fast_path_with_a_padding_mask():
         out = enc.to("openreg")(x.to("openreg"), src_key_padding_mask=mask.to("openreg"))
     assert out.device.type == "openreg" and not out.is_nested
     torch.testing.assert_close(out.cpu(), expected)
+
+
+def test_results_go_where_the_op_says():
+    n = _pair("openreg")
+    assert n.cpu().device.type == "cpu" and n.to("cpu").device.type == "cpu"
+    assert n.to("openreg:1").device == torch.device("openreg:1")
+    assert torch.ones_like(n, device="cpu").device.type == "cpu"
+    assert torch.empty_like(n, device="openreg:1").device == torch.device("openreg:1")
+    assert n._nested_tensor_size().device.type == "cpu"  # layout metadata stays on the host, as on CUDA
+    torch.testing.assert_close(n.to("openreg:1").to_padded_tensor(0.0).cpu(), _pair("cpu").to_padded_tensor(0.0))
+
+
+def test_views_write_through_to_the_base():
+    n, c = _pair("openreg"), _pair("cpu")
+    for t in (n, c):
+        t.unbind()[0].mul_(0)
+        t[1].zero_()
+        t.detach().add_(1)
+    assert torch.equal(n.to_padded_tensor(-1.0).cpu(), c.to_padded_tensor(-1.0))
+
+
+def test_nested_from_a_device_buffer_and_the_values_backward():
+    sizes, strides, offsets = torch.tensor([[2, 4], [3, 4]]), torch.tensor([[4, 1], [4, 1]]), torch.tensor([0, 8])
+    v = torch._nested_view_from_buffer(torch.arange(20.0, device="openreg"), sizes, strides, offsets)
+    assert v.device.type == "openreg" and v.to_padded_tensor(0.0).sum().item() == 190.0
+    grads = []
+    for device in ("cpu", "openreg"):
+        torch.manual_seed(0)
+        n = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)], device=device, requires_grad=True)
+        (n.values() * torch.arange(20.0, device=device)).sum().backward()
+        grads.append(n.grad.to_padded_tensor(0.0).cpu())
+    assert torch.equal(*grads)
+    p = torch._nested_from_padded(torch.ones(2, 3, 4, device="openreg"), sizes)
+    assert p.device.type == "openreg" and p.to_padded_tensor(0.0).sum().item() == 20.0

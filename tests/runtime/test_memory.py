@@ -343,3 +343,30 @@ def test_caching_allocator_alloc_and_delete():
         o.caching_allocator_alloc(10, stream=torch.Stream(device="cpu"))
     with pytest.raises(ValueError, match="openreg:6, not on openreg:1"):
         o.caching_allocator_alloc(10, device=1, stream=s)
+
+
+def test_requested_bytes_stay_counted_while_a_freed_block_is_still_in_use():
+    # As CUDA's: requested bytes drop with active bytes, when the other
+    # stream's work is done (they dropped at free, leaving stats and snapshot apart).
+    o = torch.openreg
+    s = o.Stream(device=7)
+    x = torch.empty(1000, device="openreg:7")
+    s.wait_stream(o.current_stream(7))
+    with o.stream(s):
+        o._sleep(300)
+        x.sum()
+    x.record_stream(s)
+    before = o.memory_stats(7)
+    del x
+    pending = o.memory_stats(7)
+    assert pending["requested_bytes.all.current"] == before["requested_bytes.all.current"]
+    assert pending["active_bytes.all.current"] == before["active_bytes.all.current"]
+    s.synchronize()
+    torch.empty(1, device="openreg:7")  # an allocation processes finished frees
+    after = o.memory_stats(7)
+    assert before["requested_bytes.all.current"] - after["requested_bytes.all.current"] == 4000
+
+
+def test_a_request_beyond_any_device_raises_out_of_memory():
+    with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
+        torch.openreg.caching_allocator_alloc(2**64 - 1, device=7)
