@@ -114,7 +114,7 @@ class DeviceCache {
     const size_t size = roundSize(requested);
     const bool small = size <= kSmallSize;
     Block* block = takeCached(small, size, stream);
-    if (!block) block = allocateSegment(small, size, stream, requested);
+    if (!block) block = allocateSegment(small, size, stream);
     splitIfWorthIt(block, size);
     block->state = Block::State::kAllocated;
     block->requested = requested;
@@ -163,6 +163,9 @@ class DeviceCache {
     if (stream != streamOf(it->second->stream)) it->second->stream_uses.insert(stream);
   }
 
+  // Waits for streams with mutex_ held (as does an OOM retry): safe because a
+  // finished kernel's closure, destroyed by that wait, holds only non-owning
+  // views of device memory (Launch.h), never a block it would free here.
   void emptyCache() {
     std::lock_guard<std::mutex> lock(mutex_);
     // Cached blocks may still be read by queued kernels of their stream; the
@@ -365,7 +368,7 @@ class DeviceCache {
     return block;
   }
 
-  Block* allocateSegment(bool small, size_t size, c10::StreamId stream, size_t requested) {
+  Block* allocateSegment(bool small, size_t size, c10::StreamId stream) {
     const size_t bytes = segmentSize(size);
     void* ptr = nullptr;
     orError error = mallocWithinFraction(bytes, &ptr);
@@ -377,7 +380,8 @@ class DeviceCache {
       releaseCachedSegments();
       error = mallocWithinFraction(bytes, &ptr);
     }
-    if (error == orErrorMemoryAllocation) raiseOutOfMemory(requested);
+    // CUDA's message names the segment it tried to get, not the request.
+    if (error == orErrorMemoryAllocation) raiseOutOfMemory(bytes);
     OPENREG_CHECK(error);
     auto* block = new Block();
     block->ptr = ptr;
@@ -391,7 +395,7 @@ class DeviceCache {
     return block;
   }
 
-  [[noreturn]] void raiseOutOfMemory(size_t requested) {
+  [[noreturn]] void raiseOutOfMemory(size_t bytes) {
     stats_.num_ooms++;
     size_t total = orDeviceTotalMemory();
     size_t used = orMemoryUsed(device_);
@@ -402,7 +406,7 @@ class DeviceCache {
       limit = formatBytes(allowedBytes()) + " allowed by set_per_process_memory_fraction; ";
     TORCH_CHECK_WITH(
         OutOfMemoryError, false, "openreg out of memory. Tried to allocate ",
-        formatBytes(requested), ". Device ", static_cast<int>(device_),
+        formatBytes(bytes), ". Device ", static_cast<int>(device_),
         " has a total capacity of ", formatBytes(total), " of which ",
         formatBytes(total > used ? total - used : 0), " is free. ", limit,
         "Of the allocated memory ", formatBytes(allocated), " is allocated by PyTorch, and ",
