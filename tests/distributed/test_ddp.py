@@ -167,3 +167,40 @@ def nested_in_callbacks(rank, n):
 
 def test_hook_callbacks_issue_collectives_in_program_order(tmp_path):
     spawn(nested_in_callbacks, 2, tmp_path, timeout=120, pg_timeout=20)
+
+
+def sync_batch_norm(rank, n):
+    # nn.SyncBatchNorm over oreg_ccl (its kernels have no CPU version; gloo
+    # refuses it): uneven per-rank batches train like BatchNorm of the whole batch.
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 1), torch.nn.BatchNorm2d(3))
+    reference = net.double()
+    sync = torch.nn.SyncBatchNorm.convert_sync_batchnorm(
+        torch.nn.Sequential(torch.nn.Conv2d(2, 3, 1), torch.nn.BatchNorm2d(3))).double().to(dev)
+    sync.load_state_dict(reference.state_dict())
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(9, 2, 4, 4, generator=g, dtype=torch.float64)
+    sizes = [2, 3, 4][:n - 1] + [9 - sum([2, 3, 4][:n - 1])]
+    start = sum(sizes[:rank])
+    mine = x[start:start + sizes[rank]].to(dev).requires_grad_()
+    out = sync(mine)
+    out.square().sum().backward()
+    full = x.clone().requires_grad_()
+    ref = reference(full)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), ref.detach()[start:start + sizes[rank]])
+    torch.testing.assert_close(mine.grad.cpu(), full.grad[start:start + sizes[rank]])
+    bn, ref_bn = sync[1], reference[1]
+    torch.testing.assert_close(bn.running_mean.cpu(), ref_bn.running_mean)
+    torch.testing.assert_close(bn.running_var.cpu(), ref_bn.running_var)
+    # Parameter gradients are local sums (DDP would all-reduce them).
+    grad_w = bn.weight.grad.clone()
+    dist.all_reduce(grad_w)
+    torch.testing.assert_close(grad_w.cpu(), ref_bn.weight.grad)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_sync_batch_norm_matches_the_whole_batch(tmp_path, world_size):
+    spawn(sync_batch_norm, world_size, tmp_path, timeout=150)
