@@ -18,10 +18,11 @@
 #include <torch/library.h>
 
 #include <functional>
-#include <string>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "../runtime/OpenRegFunctions.h"
 #include "Kernels.h"
 #include "Launch.h"
 
@@ -139,10 +140,14 @@ void nestedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       return t;
     });
   }
-  TORCH_CHECK(input_device.has_value(), "openreg nested fallback: no openreg tensor among the "
-              "arguments of ", schema.name());
+  // No openreg input: a host nested tensor moved to openreg (_to_copy), as
+  // the backward of .cpu() does too.
+  TORCH_CHECK(input_device.has_value() || (requested_device && requested_device->is_privateuseone()),
+              "openreg nested fallback: no openreg tensor or device among the arguments of ",
+              schema.name());
   c10::Device target = requested_device.value_or(*input_device);
-  if (target.is_privateuseone() && !target.has_index()) target = *input_device;
+  if (target.is_privateuseone() && !target.has_index())
+    target = input_device.value_or(c10::Device(c10::DeviceType::PrivateUse1, current_device()));
 
   HostCopies copies;
   std::vector<IValue> originals(args, args + num_args);

@@ -171,6 +171,9 @@ PYBIND11_MODULE(_C, m) {
     // device thread has dropped its previous task.
     if (!orIsInitialized() || orIsForkedChild()) return;
     py::gil_scoped_release no_gil;
+    // Whatever mode the script ended in (no_grad, inference_mode), this backward needs a graph.
+    c10::InferenceMode not_inference(/*enabled=*/false);
+    c10::AutoGradMode grad_enabled(/*enabled=*/true);
     for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
       if (!deviceHasAllocated(d)) continue;
       try {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <iomanip>
 #include <memory>
@@ -475,6 +476,7 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
     // The context is the pointer itself, as CUDA's: copy-on-write storages
     // (torch._lazy_clone) wrap only such "simple" data pointers.
     void* ptr = cache(device).malloc(nbytes, stream.id());
+    allocated_[device].store(true, std::memory_order_relaxed);
     return c10::DataPtr(ptr, ptr, &deleteBlock, c10::Device(c10::DeviceType::PrivateUse1, device));
   }
 
@@ -521,7 +523,9 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
     return {total > used ? total - used : 0, total};
   }
 
-  bool hasCache(c10::DeviceIndex device) const { return caches_[device] != nullptr; }
+  bool hasAllocated(c10::DeviceIndex device) const {
+    return allocated_[device].load(std::memory_order_relaxed);
+  }
 
   void snapshot(std::vector<SegmentInfo>& out) {
     for (c10::DeviceIndex d = 0; d < device_count(); ++d)
@@ -547,6 +551,7 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
  private:
   std::array<std::once_flag, kMaxDevices> once_;
   std::array<std::unique_ptr<DeviceCache>, kMaxDevices> caches_;
+  std::array<std::atomic<bool>, kMaxDevices> allocated_{};  // a tensor was allocated there
 };
 
 OpenRegCachingAllocatorImpl& OpenRegCachingAllocatorImpl::instance() {
@@ -564,7 +569,7 @@ struct Registrar {
 c10::DeviceAllocator* getCachingAllocator() { return &OpenRegCachingAllocatorImpl::instance(); }
 
 bool deviceHasAllocated(c10::DeviceIndex device) {
-  return device >= 0 && device < kMaxDevices && OpenRegCachingAllocatorImpl::instance().hasCache(device);
+  return device >= 0 && device < kMaxDevices && OpenRegCachingAllocatorImpl::instance().hasAllocated(device);
 }
 
 void* rawAlloc(size_t bytes, c10::Stream stream) {

@@ -30,7 +30,7 @@ class OpenRegCachingAllocator;
 // The process-wide allocator instance (also reachable via c10::GetAllocator).
 c10::DeviceAllocator* getCachingAllocator();
 
-// Whether the device has allocated memory in this process (its cache exists).
+// Whether a tensor was ever allocated on the device in this process.
 bool deviceHasAllocated(c10::DeviceIndex device);
 
 // torch.openreg.caching_allocator_alloc / _delete: a block for `stream` (its

@@ -69,3 +69,14 @@ def test_nested_from_a_device_buffer_and_the_values_backward():
     assert torch.equal(*grads)
     p = torch._nested_from_padded(torch.ones(2, 3, 4, device="openreg"), sizes)
     assert p.device.type == "openreg" and p.to_padded_tensor(0.0).sum().item() == 20.0
+
+
+def test_a_host_nested_tensor_moves_to_the_device_and_back_with_gradients():
+    cpu = _pair("cpu")
+    moved = cpu.to("openreg")
+    assert moved.device.type == "openreg"
+    assert torch.equal(moved.to_padded_tensor(0.0).cpu(), cpu.to_padded_tensor(0.0))
+    n = _pair("openreg").requires_grad_()
+    n.cpu().to_padded_tensor(0.0).sum().backward()  # the gradient comes back with .to(openreg)
+    assert n.grad.device.type == "openreg"
+    assert n.grad.to_padded_tensor(-1.0).cpu().sum().item() == 18 - 6  # ones, and -1 padding
