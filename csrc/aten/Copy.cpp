@@ -45,25 +45,19 @@ void copyDeviceToDevice(const at::Tensor& src, const at::Tensor& dst) {
 
 bool isPinned(const at::Tensor& t) { return orIsPinned(t.storage().data()); }
 
-// A non-owning view of a pinned host tensor for an asynchronous copy kernel:
-// the kernel never holds (or drops) the user's tensor, which could need the
-// GIL on a worker thread. The caller records the block on the copy's stream
-// *after* launching the copy (recordPinned), so the host allocator keeps it
-// until the copy has run; recorded before, the event would complete first.
-at::Tensor pinnedView(const at::Tensor& t) {
-  return hostTensorAt(t.storage().mutable_data(), t.storage().nbytes(), t);
-}
-
 void recordPinned(const at::Tensor& t, const c10::Stream& stream) {
   getHostAllocator()->record_event(t.storage().mutable_data(), nullptr, stream);
 }
 
-// A non-owning view of a pageable host tensor for a blocking copy, which the
-// worker runs if the stream is busy while the host thread waits for it
-// (runSynchronously): handling the user's tensor there could need the GIL
-// (its Python object), which the waiting thread may hold. Read-only sources
-// are not materialised (a copy-on-write tensor stays shared).
-at::Tensor pageableView(const at::Tensor& t, bool written) {
+// A non-owning view of a host tensor for a copy kernel: the kernel never
+// holds (or drops) the user's tensor, which could need the GIL on the worker
+// thread while the host thread, holding it, waits (a blocking copy of
+// pageable memory runs there when the stream is busy). For a pinned tensor's
+// asynchronous copy, the caller records the block on the copy's stream
+// *after* launching it (recordPinned), so the host allocator keeps it until
+// the copy has run. Read-only sources are not materialised (a copy-on-write
+// tensor stays shared).
+at::Tensor hostView(const at::Tensor& t, bool written) {
   if (t.layout() != c10::kStrided || !t.has_storage()) return t;
   void* data = written ? t.storage().mutable_data() : const_cast<void*>(t.storage().data());
   return hostTensorAt(data, t.storage().nbytes(), t);
@@ -86,26 +80,24 @@ void runSynchronously(const c10::Stream& stream, std::function<void()> body,
 void copyHostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   c10::Stream stream = getCurrentStream(dst.device().index());
   at::Tensor dst_view = kernelView(dst);
+  at::Tensor src_view = hostView(src, /*written=*/false);
   if (non_blocking && isPinned(src)) {
-    at::Tensor src_view = pinnedView(src);
     launchKernel(stream, [src_view, dst_view]() mutable { dst_view.copy_(src_view); }, {}, {dst});
     recordPinned(src, stream);
     return;
   }
-  at::Tensor src_view = pageableView(src, /*written=*/false);
   runSynchronously(stream, [&src_view, &dst_view] { dst_view.copy_(src_view); }, src, dst);
 }
 
 void copyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   c10::Stream stream = getCurrentStream(src.device().index());
   at::Tensor src_view = kernelView(src);
+  at::Tensor dst_view = hostView(dst, /*written=*/true);
   if (non_blocking && isPinned(dst)) {
-    at::Tensor dst_view = pinnedView(dst);
     launchKernel(stream, [src_view, dst_view]() mutable { dst_view.copy_(src_view); }, {src}, {});
     recordPinned(dst, stream);
     return;
   }
-  at::Tensor dst_view = pageableView(dst, /*written=*/true);
   runSynchronously(stream, [&src_view, &dst_view] { dst_view.copy_(src_view); }, src, dst);
 }
 

@@ -45,6 +45,7 @@
 #include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegGenerator.h"
 #include "../runtime/OpenRegStream.h"
+#include "BoxedArguments.h"
 #include "DispatchProbe.h"
 #include "FallbackStats.h"
 #include "InferenceCache.h"
@@ -58,41 +59,6 @@ using c10::IValue;
 
 const c10::DispatchKeySet kCPUKeys(c10::DispatchKey::CPU);
 const c10::DispatchKeySet kMetaKeys(c10::DispatchKey::Meta);
-
-// Apply `fn` to every tensor inside an argument or return value.
-template <typename Fn>
-void forEachTensor(const IValue& value, Fn&& fn) {
-  if (value.isTensor()) {
-    fn(value.toTensor());
-  } else if (value.isTensorList()) {
-    for (const at::Tensor& t : value.toTensorList()) fn(t);
-  } else if (value.isList()) {
-    for (const IValue& v : value.toListRef())
-      if (v.isTensor()) fn(v.toTensor());
-  }
-}
-
-// Rebuild an argument with each tensor replaced by `fn(tensor)`.
-template <typename Fn>
-IValue mapTensors(const IValue& value, Fn&& fn) {
-  if (value.isTensor()) return fn(value.toTensor());
-  if (value.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : value.toTensorList()) out.push_back(fn(t));
-    return out;
-  }
-  if (value.isList()) {
-    auto list = value.toList();
-    bool has_tensor = false;
-    for (const IValue& v : list)
-      has_tensor = has_tensor || v.isTensor();
-    if (!has_tensor) return value;
-    c10::impl::GenericList out(list.elementType());
-    for (const IValue& v : list) out.push_back(v.isTensor() ? IValue(fn(v.toTensor())) : v);
-    return out;
-  }
-  return value;
-}
 
 bool containsTensor(const IValue& value) {
   bool found = false;
@@ -583,11 +549,7 @@ void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t n
   // an input, no argument is written): its results already share the inputs'
   // memory, so there is nothing to run, and no read for the race checker to
   // order (a view touches no data, as on CUDA).
-  const auto& arguments = op.schema().arguments();
-  if (fresh.empty() && std::none_of(arguments.begin(), arguments.end(), [](const auto& a) {
-        return a.alias_info() && a.alias_info()->isWrite();
-      }))
-    return;
+  if (fresh.empty() && !writesAnArgument(op.schema())) return;
   ArgumentConverter cpu(device.index(), /*to_meta=*/false);
   PreparedCall cpu_call = prepare(op.schema(), args, num_args, cpu);
   std::vector<at::Tensor> fresh_views;
@@ -647,21 +609,14 @@ int convertedIndexOf(const PreparedCall& call, const at::Tensor& t) {
 int writtenArgumentReturned(const c10::FunctionSchema& schema, size_t k, const PreparedCall& call,
                             const at::Tensor& returned) {
   if (k >= schema.returns().size() || !returned.defined()) return -1;
-  const auto* ret = schema.returns()[k].alias_info();
-  if (!ret || !ret->isWrite()) return -1;
-  const auto& params = schema.arguments();
-  for (size_t i = 0; i < params.size() && i < call.args.size(); ++i) {
-    const auto* arg = params[i].alias_info();
-    if (!arg || !arg->isWrite() || arg->beforeSets() != ret->beforeSets() || !call.args[i].isTensor())
-      continue;
-    const int j = convertedIndexOf(call, call.args[i].toTensor());
-    // Only where Meta sized the argument as it sized its result.
-    if (j < 0 || call.converted[j].sizes() != returned.sizes() ||
-        call.converted[j].scalar_type() != returned.scalar_type())
-      return -1;
-    return j;
-  }
-  return -1;
+  const std::optional<size_t> i = writtenArgumentIndex(schema, k);
+  if (!i || *i >= call.args.size() || !call.args[*i].isTensor()) return -1;
+  const int j = convertedIndexOf(call, call.args[*i].toTensor());
+  // Only where Meta sized the argument as it sized its result.
+  if (j < 0 || call.converted[j].sizes() != returned.sizes() ||
+      call.converted[j].scalar_type() != returned.scalar_type())
+    return -1;
+  return j;
 }
 
 // What the Meta run says about each returned tensor, for the inference cache.

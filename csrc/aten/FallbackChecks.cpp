@@ -64,11 +64,8 @@ void ampUpdateScaleFallback(const c10::OperatorHandle& op, torch::jit::Stack* st
 // CPU kernel returns undefined weights (None in Python) when they are not
 // needed; the fallback's outputs, sized by the Meta kernel, hold an empty tensor.
 void multiHeadAttentionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& arguments = op.schema().arguments();
-  bool need_weights = true;
-  const IValue* args = argumentsOf(op, stack);
-  for (size_t i = 0; i < arguments.size(); ++i)
-    if (arguments[i].name() == "need_weights") need_weights = args[i].toBool();
+  static const size_t kNeedWeights = *op.schema().argumentIndexWithName("need_weights");
+  const bool need_weights = argumentsOf(op, stack)[kNeedWeights].toBool();
   fallback(op, stack);
   if (!need_weights) stack->back() = at::Tensor();
 }

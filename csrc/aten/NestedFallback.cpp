@@ -17,17 +17,18 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "../runtime/OpenRegFunctions.h"
+#include "BoxedArguments.h"
 #include "Kernels.h"
 #include "Launch.h"
 
 namespace openreg::kernels {
 
+// The same nested tensor (its whole storage, so views keep their layout) on `device`.
 at::Tensor nestedOnDevice(const at::Tensor& nested, c10::Device device) {
   const auto* impl = at::native::get_nested_tensor_impl(nested);
   at::Tensor buffer = impl->get_unsafe_storage_as_tensor().to(device);
@@ -40,39 +41,16 @@ namespace {
 
 using c10::IValue;
 
-at::Tensor nestedOnHost(const at::Tensor& nested) {
-  const auto* impl = at::native::get_nested_tensor_impl(nested);
-  at::Tensor buffer = impl->get_unsafe_storage_as_tensor().cpu();
-  return at::detail::make_tensor<at::native::NestedTensorImpl>(
-      buffer, impl->get_nested_sizes().clone(), impl->get_nested_strides().clone(),
-      impl->get_storage_offsets().clone());
-}
-
 at::Tensor toDevice(const at::Tensor& t, c10::Device device) {
   if (!t.defined() || isOpenReg(t)) return t;
   return t.is_nested() ? nestedOnDevice(t, device) : t.to(device);
 }
 
-IValue convert(const IValue& v, const std::function<at::Tensor(const at::Tensor&)>& f) {
-  if (v.isTensor()) return f(v.toTensor());
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
-    return out;
-  }
+// An argument for the CPU's kernel: tensors by `f`, an openreg device as the CPU.
+template <class F>
+IValue toHostArgument(const IValue& v, F&& f) {
   if (v.isDevice() && v.toDevice().is_privateuseone()) return c10::Device(c10::kCPU);
-  return v;
-}
-
-// The argument whose alias set a written return names (an in-place op's self).
-std::optional<size_t> writtenArgumentOf(const c10::FunctionSchema& schema, size_t ret) {
-  const auto* info = schema.returns()[ret].alias_info();
-  if (!info || !info->isWrite()) return std::nullopt;
-  for (size_t i = 0; i < schema.arguments().size(); ++i) {
-    const auto* arg = schema.arguments()[i].alias_info();
-    if (arg && arg->isWrite() && arg->beforeSets() == info->beforeSets()) return i;
-  }
-  return std::nullopt;
+  return mapTensors(v, f);
 }
 
 void copyBack(const at::Tensor& device_tensor, const at::Tensor& host) {
@@ -92,7 +70,7 @@ class HostCopies {
   at::Tensor toHost(const at::Tensor& t) {
     if (!t.defined() || !isOpenReg(t)) return t;
     if (!t.is_nested()) return t.cpu();
-    at::Tensor host = nestedOnHost(t);
+    at::Tensor host = nestedOnDevice(t, c10::kCPU);
     copies_.push_back({host.storage().unsafeGetStorageImpl(),
                        at::native::get_nested_tensor_impl(t)->get_unsafe_storage_as_tensor()});
     return host;
@@ -135,9 +113,8 @@ void nestedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::optional<c10::Device> input_device, requested_device;
   for (size_t i = 0; i < num_args; ++i) {
     if (args[i].isDevice()) requested_device = args[i].toDevice();
-    convert(args[i], [&](const at::Tensor& t) {
+    forEachTensor(args[i], [&](const at::Tensor& t) {
       if (!input_device && t.defined() && isOpenReg(t)) input_device = t.device();
-      return t;
     });
   }
   // No openreg input: a host nested tensor moved to openreg (_to_copy), as
@@ -153,7 +130,7 @@ void nestedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<IValue> originals(args, args + num_args);
   torch::jit::Stack host_stack;
   for (const IValue& a : originals)
-    host_stack.push_back(convert(a, [&](const at::Tensor& t) { return copies.toHost(t); }));
+    host_stack.push_back(toHostArgument(a, [&](const at::Tensor& t) { return copies.toHost(t); }));
   std::vector<IValue> host_args = host_stack;  // the host tensors written arguments became
   torch::jit::drop(*stack, num_args);
   {
@@ -168,11 +145,11 @@ void nestedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   const bool metadata = returnsHostMetadata(schema);
   for (size_t r = 0; r < host_stack.size(); ++r) {
-    if (auto written = writtenArgumentOf(schema, r)) {
+    if (auto written = writtenArgumentIndex(schema, r)) {
       stack->push_back(originals[*written]);
       continue;
     }
-    stack->push_back(convert(host_stack[r], [&](const at::Tensor& t) -> at::Tensor {
+    stack->push_back(mapTensors(host_stack[r], [&](const at::Tensor& t) -> at::Tensor {
       if (metadata || !t.defined()) return t;
       if (auto view = copies.deviceView(t)) return *view;
       return target.is_cpu() ? t : toDevice(t, target);

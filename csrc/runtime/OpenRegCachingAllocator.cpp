@@ -58,7 +58,6 @@ struct Block {
   void* ptr = nullptr;
   size_t size = 0;        // rounded size (a part of a segment)
   size_t requested = 0;   // what the caller asked for
-  c10::DeviceIndex device = 0;
   c10::StreamId stream = 0;  // the stream whose allocation created the segment
   bool small = false;        // pool, fixed by the segment
   State state = State::kCached;
@@ -307,7 +306,6 @@ class DeviceCache {
     auto* remaining = new Block();
     remaining->ptr = static_cast<char*>(block->ptr) + size;
     remaining->size = rest;
-    remaining->device = device_;
     remaining->stream = block->stream;
     remaining->small = block->small;
     remaining->prev = block;
@@ -387,7 +385,6 @@ class DeviceCache {
     auto* block = new Block();
     block->ptr = ptr;
     block->size = bytes;
-    block->device = device_;
     block->stream = stream;
     block->small = small;
     stats_.num_device_alloc++;
@@ -476,7 +473,9 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
     // The context is the pointer itself, as CUDA's: copy-on-write storages
     // (torch._lazy_clone) wrap only such "simple" data pointers.
     void* ptr = cache(device).malloc(nbytes, stream.id());
-    allocated_[device].store(true, std::memory_order_relaxed);
+    // Read first: a store on every allocation would bounce the flag's cache line.
+    if (!allocated_[device].load(std::memory_order_relaxed))
+      allocated_[device].store(true, std::memory_order_relaxed);
     return c10::DataPtr(ptr, ptr, &deleteBlock, c10::Device(c10::DeviceType::PrivateUse1, device));
   }
 
