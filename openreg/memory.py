@@ -140,6 +140,9 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
         # Cached parts of segments in part allocated: empty_cache() cannot return them.
         ("Non-releasable memory", "inactive_split_bytes", True),
         ("Non-releasable allocs", "inactive_split", False),
+        # Blocks of at least max_split_size_mb (PYTORCH_ALLOC_CONF), never split.
+        ("Oversize allocations", "oversize_allocations", False),
+        ("Oversize segments", "oversize_segments", False),
     ]
     lines = ["=" * 75,
              f" openreg memory summary, device ID {index:<3d}",
@@ -148,7 +151,8 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
              "-" * 75]
     for title, key, is_bytes in rows:
         fmt = _fmt if is_bytes else str
-        vals = [stats.get(f"{key}.all.{k}", 0) for k in ("current", "peak", "allocated", "freed")]
+        prefix = key if key.startswith("oversize") else f"{key}.all"
+        vals = [stats.get(f"{prefix}.{k}", 0) for k in ("current", "peak", "allocated", "freed")]
         lines.append(f"{title:<24}|" + "|".join(f"{fmt(v):>12} " for v in vals))
     lines.append("-" * 75)
     lines.append(f"OOMs: {stats.get('num_ooms', 0)}   alloc retries: {stats.get('num_alloc_retries', 0)}"

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstring>
 #include <iomanip>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -14,7 +16,9 @@
 #include <vector>
 
 #include <c10/core/Allocator.h>
+#include <c10/core/AllocatorConfig.h>
 #include <c10/util/Exception.h>
+#include <c10/util/llvmMathExtras.h>
 
 #include "OpenRegException.h"
 #include "OpenRegFunctions.h"
@@ -23,6 +27,9 @@
 namespace openreg {
 namespace {
 
+// PYTORCH_ALLOC_CONF (or PYTORCH_CUDA_ALLOC_CONF), parsed by c10 for every
+// accelerator and changed at run time by torch._C._accelerator_setAllocatorSettings.
+using Config = c10::CachingAllocator::AcceleratorAllocatorConfig;
 using c10::CachingAllocator::Stat;
 using c10::CachingAllocator::StatArray;
 using c10::CachingAllocator::StatType;
@@ -42,9 +49,26 @@ constexpr size_t kLargeRounding = 2 << 20;
 constexpr size_t kMaxRequest = size_t(1) << 62;
 constexpr int kMaxDevices = 64;
 
-size_t roundSize(size_t size) {
-  return std::max(kMinBlockSize, (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize);
+// roundup_power2_divisions: N equal steps between two powers of two (1200 B
+// in 4 steps between 1024 and 2048 -> 1280), so fewer distinct sizes reuse better.
+size_t roundUpToPower2Division(size_t size, size_t divisions) {
+  if (c10::llvm::isPowerOf2_64(size)) return size;
+  const size_t floor = c10::llvm::PowerOf2Floor(size);
+  const size_t step = floor / c10::llvm::PowerOf2Floor(divisions);
+  if (step == 0) return floor << 1;
+  return (size + step - 1) / step * step;
 }
+
+size_t roundSize(size_t size) {
+  if (size < kMinBlockSize) return kMinBlockSize;
+  const size_t divisions = Config::roundup_power2_divisions(size);
+  if (divisions > 1 && size > kMinBlockSize * divisions) return roundUpToPower2Division(size, divisions);
+  return (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;
+}
+
+// max_split_size_mb: blocks at least this large are "oversize", never split,
+// and serve only requests they exceed by less than max_non_split_rounding_mb.
+bool isOversize(size_t size) { return size >= Config::max_split_size(); }
 
 size_t segmentSize(size_t size) {
   if (size <= kSmallSize) return kSmallSegment;
@@ -60,7 +84,9 @@ struct Block {
   size_t requested = 0;   // what the caller asked for
   c10::StreamId stream = 0;  // the stream whose allocation created the segment
   bool small = false;        // pool, fixed by the segment
+  bool oversize = false;     // counted in oversize_allocations while allocated
   State state = State::kCached;
+  uint64_t cached_at = 0;    // the large pool's lookup count when cached (its age, for garbage collection)
   // Other streams that use it (record_stream), of any device: a copy on
   // another device's stream reads this device's memory too.
   std::unordered_set<c10::Stream> stream_uses;
@@ -88,15 +114,16 @@ std::string formatBytes(size_t bytes) {
   return os.str();
 }
 
+void statAdd(Stat& s, int64_t amount) {
+  s.current += amount;
+  s.peak = std::max(s.peak, s.current);
+  if (amount > 0) s.allocated += amount;
+  else s.freed -= amount;
+}
+
 void statAdd(StatArray& stats, bool small, int64_t amount) {
-  for (size_t i : {static_cast<size_t>(StatType::AGGREGATE),
-                   static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL)}) {
-    Stat& s = stats[i];
-    s.current += amount;
-    s.peak = std::max(s.peak, s.current);
-    if (amount > 0) s.allocated += amount;
-    else s.freed -= amount;
-  }
+  statAdd(stats[static_cast<size_t>(StatType::AGGREGATE)], amount);
+  statAdd(stats[static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL)], amount);
 }
 
 class DeviceCache {
@@ -111,13 +138,21 @@ class DeviceCache {
     processPendingFrees();
     // Beyond any device (and where rounding up would wrap around).
     if (requested > kMaxRequest) raiseOutOfMemory(requested);
+    if (Config::use_expandable_segments())
+      TORCH_WARN_ONCE("expandable_segments is not simulated by openreg's caching allocator; "
+                      "it allocates fixed segments as with expandable_segments:False");
     const size_t size = roundSize(requested);
     const bool small = size <= kSmallSize;
     Block* block = takeCached(small, size, stream);
-    if (!block) block = allocateSegment(small, size, stream);
+    if (!block) {
+      if (garbageCollectionOn()) collectGarbage();
+      block = allocateSegment(small, size, stream);
+    }
     splitIfWorthIt(block, size);
     block->state = Block::State::kAllocated;
     block->requested = requested;
+    block->oversize = isOversize(block->size);
+    if (block->oversize) statAdd(stats_.oversize_allocations, 1);
     statAdd(stats_.allocation, small, 1);
     statAdd(stats_.allocated_bytes, small, block->size);
     statAdd(stats_.active, small, 1);
@@ -136,6 +171,7 @@ class DeviceCache {
     live_.erase(it);
     statAdd(stats_.allocation, block->small, -1);
     statAdd(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
+    if (block->oversize) statAdd(stats_.oversize_allocations, -1);
     if (block->stream_uses.empty()) {
       makeCached(block);
       return true;
@@ -177,16 +213,19 @@ class DeviceCache {
 
   DeviceStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
+    DeviceStats stats = stats_;
+    // As CUDA's: the setting in force, -1 when unlimited.
+    stats.max_split_size = static_cast<int64_t>(Config::max_split_size());
+    return stats;
   }
   void resetPeak() {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (StatArray* a : statArrays())
-      for (Stat& s : *a) s.peak = s.current;
+    for (Stat* s : allStats()) s->peak = s->current;
   }
   void setFraction(double fraction) {
     std::lock_guard<std::mutex> lock(mutex_);
     fraction_ = fraction;
+    fraction_set_ = true;
   }
   double fraction() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -226,8 +265,7 @@ class DeviceCache {
 
   void resetAccumulated() {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (StatArray* a : statArrays())
-      for (Stat& s : *a) s.allocated = s.freed = 0;
+    for (Stat* s : allStats()) s->allocated = s->freed = 0;
     stats_.num_alloc_retries = 0;
     stats_.num_ooms = 0;
     stats_.num_device_alloc = 0;
@@ -245,10 +283,13 @@ class DeviceCache {
     return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device_), id);
   }
 
-  std::vector<StatArray*> statArrays() {
-    return {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
-            &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
-            &stats_.inactive_split_bytes, &stats_.requested_bytes};
+  std::vector<Stat*> allStats() {
+    std::vector<Stat*> all = {&stats_.oversize_allocations, &stats_.oversize_segments};
+    for (StatArray* a : {&stats_.allocation, &stats_.segment, &stats_.active, &stats_.inactive_split,
+                         &stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
+                         &stats_.inactive_split_bytes, &stats_.requested_bytes})
+      for (Stat& s : *a) all.push_back(&s);
+    return all;
   }
 
   BlockPool& pool(bool small) { return small ? small_blocks_ : large_blocks_; }
@@ -259,6 +300,7 @@ class DeviceCache {
   // it is pooled: only merging into it removes neighbours, and that takes it out first.
   void insertCached(Block* block) {
     block->state = Block::State::kCached;
+    block->cached_at = large_lookups_;
     pool(block->small).insert(block);
     if (block->isSplit()) {
       statAdd(stats_.inactive_split, block->small, 1);
@@ -299,10 +341,10 @@ class DeviceCache {
   }
 
   // CUDA's rule: split a small block if a minimal block remains, a large one
-  // only if more than a small allocation's worth remains.
+  // only if more than a small allocation's worth remains and the request is not oversize.
   void splitIfWorthIt(Block* block, size_t size) {
     const size_t rest = block->size - size;
-    if (block->small ? rest < kMinBlockSize : rest <= kSmallSize) return;
+    if (block->small ? rest < kMinBlockSize : rest <= kSmallSize || isOversize(size)) return;
     auto* remaining = new Block();
     remaining->ptr = static_cast<char*>(block->ptr) + size;
     remaining->size = rest;
@@ -355,14 +397,19 @@ class DeviceCache {
     }
   }
 
-  // The smallest cached block of the pool, allocated on this stream, that fits.
+  // The smallest cached block of the pool, allocated on this stream, that
+  // fits (an oversize one only for an oversize request it barely exceeds).
   Block* takeCached(bool small, size_t size, c10::StreamId stream) {
+    if (!small) large_lookups_++;
     Block key;
     key.stream = stream;
     key.size = size;
     auto it = pool(small).lower_bound(&key);
     if (it == pool(small).end() || (*it)->stream != stream) return nullptr;
     Block* block = *it;
+    if (isOversize(size) ? block->size >= size + Config::max_non_split_rounding_size()
+                         : isOversize(block->size))
+      return nullptr;
     eraseCached(block);
     return block;
   }
@@ -372,12 +419,16 @@ class DeviceCache {
     void* ptr = nullptr;
     orError error = mallocWithinFraction(bytes, &ptr);
     if (error == orErrorMemoryAllocation && hasCachedOrPending()) {
-      // Free the cache and retry, like CUDA's allocator.
-      stats_.num_alloc_retries++;
+      // CUDA's order: return just enough oversize blocks and try again, then
+      // every unused segment and retry.
       waitForDeviceAndPendingUses();
       processPendingFrees();
-      releaseCachedSegments();
-      error = mallocWithinFraction(bytes, &ptr);
+      if (releaseOversizeBlocks(size, stream)) error = mallocWithinFraction(bytes, &ptr);
+      if (error == orErrorMemoryAllocation) {
+        stats_.num_alloc_retries++;
+        releaseCachedSegments();
+        error = mallocWithinFraction(bytes, &ptr);
+      }
     }
     // CUDA's message names the segment it tried to get, not the request.
     if (error == orErrorMemoryAllocation) raiseOutOfMemory(bytes);
@@ -390,6 +441,7 @@ class DeviceCache {
     stats_.num_device_alloc++;
     statAdd(stats_.segment, small, 1);
     statAdd(stats_.reserved_bytes, small, bytes);
+    if (isOversize(bytes)) statAdd(stats_.oversize_segments, 1);
     return block;
   }
 
@@ -430,23 +482,93 @@ class DeviceCache {
     return !small_blocks_.empty() || !large_blocks_.empty() || !pending_.empty();
   }
 
+  // Returns a whole cached segment (an unsplit block) to the driver; the
+  // caller has waited for the streams that may still use it.
+  BlockPool::iterator releaseSegment(BlockPool& blocks, BlockPool::iterator it) {
+    Block* block = *it;
+    OPENREG_CHECK(orFree(block->ptr));
+    stats_.num_device_free++;
+    statAdd(stats_.segment, block->small, -1);
+    statAdd(stats_.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
+    if (isOversize(block->size)) statAdd(stats_.oversize_segments, -1);
+    delete block;
+    return blocks.erase(it);
+  }
+
   // Returns to the driver every segment with nothing allocated from it (a
   // cached block that is not split); a segment in part allocated stays.
   void releaseCachedSegments() {
     for (bool small : {true, false}) {
       BlockPool& blocks = pool(small);
-      for (auto it = blocks.begin(); it != blocks.end();) {
-        Block* block = *it;
-        if (block->isSplit()) {
+      for (auto it = blocks.begin(); it != blocks.end();)
+        it = (*it)->isSplit() ? std::next(it) : releaseSegment(blocks, it);
+    }
+  }
+
+  // With max_split_size_mb set, the first answer to an allocation failure:
+  // the smallest cached oversize block of the stream that covers the request,
+  // else the largest ones until their sizes do (false: not enough of them).
+  bool releaseOversizeBlocks(size_t size, c10::StreamId stream) {
+    if (Config::max_split_size() == std::numeric_limits<size_t>::max()) return false;
+    Block key;
+    key.stream = stream;
+    key.size = std::max(size, Config::max_split_size());
+    auto it = large_blocks_.lower_bound(&key);
+    if (it != large_blocks_.end() && (*it)->stream == stream && !(*it)->isSplit()) {
+      releaseSegment(large_blocks_, it);
+      return true;
+    }
+    size_t released = 0;
+    while (released < key.size && it != large_blocks_.begin()) {
+      --it;
+      Block* block = *it;
+      if (block->stream != stream || !isOversize(block->size)) break;
+      if (block->isSplit()) continue;
+      released += block->size;
+      it = releaseSegment(large_blocks_, it);
+    }
+    return released >= key.size;
+  }
+
+  // garbage_collection_threshold (CUDA's: only under a memory fraction).
+  bool garbageCollectionOn() const {
+    return fraction_set_ && Config::garbage_collection_threshold() > 0.0;
+  }
+
+  // Before a new segment, once the cache reserves more than the threshold x
+  // the allowed memory: return the unsplit large cached segments that have
+  // waited longest since they were cached (those at least as old as the
+  // average, repeatedly) until it is back under the threshold.
+  void collectGarbage() {
+    const auto threshold =
+        static_cast<size_t>(Config::garbage_collection_threshold() * static_cast<double>(allowedBytes()));
+    const auto reserved = static_cast<size_t>(stats_.reserved_bytes[0].current);
+    if (reserved <= threshold) return;
+    const size_t target = reserved - threshold;
+    size_t reclaimed = 0;
+    bool waited = false;
+    while (reclaimed < target) {
+      uint64_t total_age = 0;
+      size_t count = 0;
+      for (Block* b : large_blocks_)
+        if (!b->isSplit()) {
+          total_age += large_lookups_ - b->cached_at;
+          count++;
+        }
+      if (count == 0) return;
+      if (!waited) {
+        waitForDevice();  // a queued kernel may still use a cached block
+        waited = true;
+      }
+      const double average = static_cast<double>(total_age) / static_cast<double>(count);
+      for (auto it = large_blocks_.begin(); it != large_blocks_.end() && reclaimed < target;) {
+        Block* b = *it;
+        if (b->isSplit() || static_cast<double>(large_lookups_ - b->cached_at) < average) {
           ++it;
           continue;
         }
-        OPENREG_CHECK(orFree(block->ptr));
-        stats_.num_device_free++;
-        statAdd(stats_.segment, small, -1);
-        statAdd(stats_.reserved_bytes, small, -static_cast<int64_t>(block->size));
-        it = blocks.erase(it);
-        delete block;
+        reclaimed += b->size;
+        it = releaseSegment(large_blocks_, it);
       }
     }
   }
@@ -459,6 +581,8 @@ class DeviceCache {
   std::unordered_map<void*, Block*> live_;         // GUARDED_BY mutex_
   DeviceStats stats_;                              // GUARDED_BY mutex_
   double fraction_ = 1.0;                          // GUARDED_BY mutex_
+  bool fraction_set_ = false;                      // GUARDED_BY mutex_
+  uint64_t large_lookups_ = 0;  // large-pool searches, the clock of block ages; GUARDED_BY mutex_
 };
 
 class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {

@@ -13,7 +13,10 @@
 // from driver segments (2 MiB for requests up to 1 MiB, 20 MiB up to 10 MiB,
 // else the request rounded up to 2 MiB); a cached block is split to serve a
 // smaller request and merges with its freed neighbours; empty_cache() returns
-// segments with nothing allocated in them.
+// segments with nothing allocated in them. PYTORCH_ALLOC_CONF's
+// max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions and
+// garbage_collection_threshold act as on CUDA (c10's AcceleratorAllocatorConfig
+// parses them); expandable_segments is not simulated (a warning).
 //
 // Thread safety: one mutex per device guards that device's blocks and stats.
 // Tests: tests/runtime/test_memory.py.

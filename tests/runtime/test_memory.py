@@ -2,6 +2,7 @@
 (csrc/runtime/OpenRegCachingAllocator.cpp, driver/Memory.cpp, driver/FaultHandler.cpp;
 openreg/memory.py)."""
 import signal
+import textwrap
 import time
 
 import pytest
@@ -370,3 +371,120 @@ def test_requested_bytes_stay_counted_while_a_freed_block_is_still_in_use():
 def test_a_request_beyond_any_device_raises_out_of_memory():
     with pytest.raises(torch.OutOfMemoryError, match="Tried to allocate"):
         torch.openreg.caching_allocator_alloc(2**64 - 1, device=7)
+
+
+MIB = 1024 * 1024
+# A script's helpers: allocate n MiB / report what the cache holds.
+_ALLOC = """
+import torch
+o = torch.openreg
+MiB = 1024 * 1024
+def alloc(mib):
+    return torch.empty(int(mib * MiB), dtype=torch.uint8, device="openreg")
+def show(*keys):
+    s = o.memory_stats()
+    print(*[s[k] // MiB if k.endswith("bytes.all.current") else s[k] for k in keys])
+"""
+
+
+def test_max_split_size_keeps_oversize_blocks_whole(python):
+    # PYTORCH_ALLOC_CONF=max_split_size_mb (CUDA's semantics): a cached block of
+    # at least that size is never split for a smaller request and serves an
+    # oversize one only within max_non_split_rounding_mb (20 MiB) of its size.
+    r = python(_ALLOC + textwrap.dedent("""
+        a = alloc(40)
+        print(o.memory_stats()["max_split_size"] // MiB)
+        show("oversize_allocations.current", "oversize_segments.current")
+        del a
+        b = alloc(12)                    # below max_split: the cached 40 MiB block is not split
+        show("reserved_bytes.all.current", "allocated_bytes.all.current")
+        c = alloc(30)                    # oversize, 40 < 30 + 20: served whole by the 40 MiB block
+        show("reserved_bytes.all.current", "allocated_bytes.all.current", "oversize_allocations.current")
+        del c
+        d = alloc(20)                    # 40 >= 20 + 20: a new segment
+        show("reserved_bytes.all.current", "oversize_segments.current", "oversize_allocations.current")
+        torch._C._accelerator_setAllocatorSettings("max_split_size_mb:100")
+        e = alloc(12)                    # the 40 MiB block is no longer oversize: split
+        show("reserved_bytes.all.current", "inactive_split.all.current")
+        print([line for line in o.memory_summary().splitlines() if "Oversize" in line])
+    """), env={"PYTORCH_ALLOC_CONF": "max_split_size_mb:20", "OPENREG_DEVICE_MEMORY": "256MiB"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[:-1] == ["20", "1 1", "52 12", "52 52 1", "72 2 1", "72 1"]
+    allocations, segments = eval(lines[-1])
+    assert allocations.split("|")[1:3] == ["           1 ", "           1 "]   # current, peak
+    assert segments.split("|")[1:3] == ["           2 ", "           2 "]
+
+
+def test_max_split_size_unset_splits_as_before_and_reports_minus_one(python):
+    r = python(_ALLOC + textwrap.dedent("""
+        a = alloc(40)
+        print(o.memory_stats()["max_split_size"])
+        del a
+        b = alloc(12)                    # split off the cached 40 MiB segment
+        show("reserved_bytes.all.current", "oversize_allocations.current")
+    """))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["-1", "40 0"]
+
+
+@pytest.mark.parametrize("request_mib, reserved_after, freed", [(26, 12 + 22 + 26, 1), (60, 12 + 60, 2)])
+def test_oom_first_returns_only_enough_oversize_blocks(python, request_mib, reserved_after, freed):
+    # CUDA's order on an allocation failure with max_split_size_mb set: the
+    # smallest cached oversize block that covers the request (26 MiB: the
+    # 50 MiB one, too big to serve it), else the largest oversize ones until
+    # they add up (60 MiB: 50 + 22); the 12 MiB segment below max_split stays
+    # cached, and this is not counted as a retry (which frees every segment).
+    r = python(_ALLOC + textwrap.dedent(f"""
+        blocks = [alloc(12), alloc(22), alloc(50)]
+        del blocks
+        x = alloc({request_mib})
+        show("reserved_bytes.all.current", "num_alloc_retries", "num_device_free")
+    """), env={"PYTORCH_ALLOC_CONF": "max_split_size_mb:20", "OPENREG_DEVICE_MEMORY": "100MiB"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(reserved_after), "0", str(freed)]
+
+
+def test_roundup_power2_divisions(python):
+    r = python(_ALLOC + textwrap.dedent("""
+        a = alloc(1.3)                   # 4 steps between 1 and 2 MiB: 1.5 MiB
+        b = torch.empty(5000, dtype=torch.uint8, device="openreg")   # 4096 + 1024
+        c = torch.empty(1000, dtype=torch.uint8, device="openreg")   # below 512 x 4: to 512 B
+        print(o.memory_stats()["allocated_bytes.all.current"])
+    """), env={"PYTORCH_ALLOC_CONF": "roundup_power2_divisions:4"})
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == 3 * MIB // 2 + 5120 + 1024
+
+
+def test_garbage_collection_returns_the_oldest_cached_segments(python):
+    # garbage_collection_threshold:0.6 under a fraction of 0.5 of 100 MiB:
+    # before a new segment, once reserved passes 30 MiB, cached segments at
+    # least as old as the average go back to the driver until under it: the
+    # 12 MiB one (cached longest), not the 14 or 16 MiB ones, and no OOM retry.
+    r = python(_ALLOC + textwrap.dedent("""
+        o.set_per_process_memory_fraction(0.5)
+        x, y = alloc(12), alloc(14)
+        del x, y
+        z = alloc(16)
+        del z
+        show("reserved_bytes.all.current", "num_device_free")
+        w = alloc(18)
+        show("reserved_bytes.all.current", "num_device_free", "num_alloc_retries")
+        print(sorted(s["total_size"] // MiB for s in o.memory_snapshot()))
+    """), env={"PYTORCH_ALLOC_CONF": "garbage_collection_threshold:0.6", "OPENREG_DEVICE_MEMORY": "100MiB"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["42 0", "48 1 0", "[14, 16, 18]"]
+
+
+def test_expandable_segments_warns_that_it_is_not_simulated(python):
+    r = python("""
+        import warnings, torch
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            x = torch.ones(10, device="openreg") + 1
+            y = torch.ones(10, device="openreg")
+        print(sum("expandable_segments is not simulated" in str(w.message) for w in caught))
+        print(x.sum().item())
+    """, env={"PYTORCH_ALLOC_CONF": "expandable_segments:True"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["1", "20.0"]
