@@ -1,10 +1,9 @@
 """Per-device random number generators (the torch.cuda RNG API, for openreg).
 
-Each device's default generator carries a CPU generator state, so openreg
-random ops reproduce the CPU's numbers for the same seed. Random kernels run
-on streams, so functions that read or change the state wait for the device's
-default and pool streams first (not for oreg_ccl's future streams, which may
-hold until a peer joins a collective; CUDA's get_rng_state waits for nothing).
+A device's state is CUDA's (seed, offset); each random kernel draws from a CPU
+generator made from the state at its launch, so a state names the same numbers
+everywhere and reading or setting it never waits for queued kernels (as
+CUDA's). The first random op after seeding gives the CPU's numbers for the seed.
 Tests: tests/runtime/test_generators.py.
 """
 from typing import Iterable, List
@@ -45,7 +44,6 @@ def _generator(device, initialise: bool = True) -> torch.Generator:
     else:
         _raise_if_forked()
     index = _C._current_device() if device is None else _get_device_index(device)
-    _C._synchronize_compute_streams(index)
     return default_generators[index]
 
 

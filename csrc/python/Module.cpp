@@ -94,10 +94,6 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release no_gil;
     synchronizeDevice(static_cast<c10::DeviceIndex>(d));
   });
-  m.def("_synchronize_compute_streams", [](int d) {
-    py::gil_scoped_release no_gil;
-    synchronizeComputeStreams(static_cast<c10::DeviceIndex>(d));
-  });
   m.def("_current_stream", [](int d) {
     c10::Stream s = getCurrentStream(static_cast<c10::DeviceIndex>(d));
     return py::make_tuple(s.id(), static_cast<int>(s.device_index()));

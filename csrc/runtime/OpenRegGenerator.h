@@ -1,12 +1,12 @@
 // PyTorch hook: the per-device default generator (returned by
 // PrivateUse1HooksInterface::getDefaultGenerator / getNewGenerator).
 //
-// An openreg generator is a GeneratorImpl whose device is openreg:N; its draws
-// come from an inner CPU generator (mt19937), so the same seed gives the same
-// numbers on openreg as on the CPU, while get_state()/set_state() use CUDA's
-// 16-byte (seed, offset) layout that DTensor's RNG tracker manipulates. Generator state is read and written by
-// kernels on streams: the Python API synchronises the device before touching
-// it (see openreg/random.py).
+// An openreg generator is a GeneratorImpl whose device is openreg:N, with
+// CUDA's contract: its whole state is CUDA's 16-byte (seed, offset), which
+// DTensor's RNG tracker manipulates, and a random kernel's numbers are a
+// function of the (seed, offset) at its launch (each kernel gets a CPU
+// generator made from them; the first after seeding is the CPU's own, so the
+// same seed gives the CPU's numbers for that op).
 // Tests: tests/runtime/test_generators.py.
 #pragma once
 
@@ -16,7 +16,7 @@ namespace openreg {
 
 const at::Generator& getDefaultGenerator(c10::DeviceIndex device);
 at::Generator createGenerator(c10::DeviceIndex device);
-// The CPU generator a random kernel should draw from (advances the offset).
+// The CPU generator a random kernel launched now draws from (advances the offset).
 at::Generator cpuGeneratorOf(const at::Generator& generator);
 
 }  // namespace openreg

@@ -78,6 +78,22 @@ def rng_state_round_trip(rank, n):
     torch.testing.assert_close(d2.full_tensor().cpu(), first)
     assert len(torch.unique(first)) > 16  # shards are not copies of one another
 
+    # Same seed, then local draws of different sizes (an uneven last batch):
+    # every rank is at the same (seed, offset), so a Replicate random op must
+    # give every rank the same values, as on CUDA.
+    from torch.distributed.tensor import Replicate
+    torch.manual_seed(0)
+    torch.randn(10 + rank, device="openreg")
+    w = distribute_tensor(torch.zeros(4, 4, device="openreg"), mesh, [Replicate()])
+    w.uniform_()
+    mask = torch.nn.functional.dropout(
+        distribute_tensor(torch.ones(4, 8, device="openreg"), mesh, [Replicate()]), 0.5, True)
+    mine = torch.cat([w.to_local().flatten(), mask.to_local().flatten()]).cpu()
+    everyone = [None] * n
+    dist.all_gather_object(everyone, mine)
+    for other in everyone:
+        assert torch.equal(other, mine)
+
 
 def test_redistribute(tmp_path):
     spawn(redistribute_1d_and_2d, 4, tmp_path, timeout=180)

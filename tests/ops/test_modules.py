@@ -32,7 +32,7 @@ def params():
 
 def forward_backward(module, forward_input):
     args, kwargs = forward_input.args, forward_input.kwargs
-    torch.manual_seed(SEED)  # same dropout masks on both devices
+    torch.manual_seed(SEED)  # same dropout masks on both devices (one random kernel per forward)
     out = module(*args, **kwargs)
     outputs = [t for t in tree_flatten(out)[0]
                if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point()]
@@ -60,6 +60,12 @@ def test_module(info):
         torch.manual_seed(0)
         cpu_module = info.module_cls(*c_args, **c_kwargs).to(torch.float32)
         cpu_module.train()
+        if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in cpu_module.parameters()):
+            # Lazy modules draw their weights at the first forward: do that on
+            # the CPU, as the device's random ops follow CUDA's (seed, offset)
+            # contract and give the CPU's numbers only for the first draw.
+            with torch.no_grad():
+                cpu_module(*module_input.forward_input.args, **module_input.forward_input.kwargs)
         dev_module = copy.deepcopy(cpu_module).to(DEVICE)
         dev_input = copy.copy(module_input.forward_input)
         dev_input.args = to_device(module_input.forward_input.args)

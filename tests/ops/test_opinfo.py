@@ -12,7 +12,9 @@ the outputs (against one fixed random cotangent) must match too, so backward
 kernels are covered as well.
 
 Random operators are seeded identically before each run (torch.manual_seed
-seeds the openreg generators too): openreg must reproduce the CPU's numbers.
+seeds the openreg generators too): a sample's random op is the first draw
+after the seed, which openreg makes with the CPU's own generator for that seed,
+so it must reproduce the CPU's numbers.
 Ops that return uninitialised memory (empty*) are compared on metadata only.
 
 Expected failures come from expected_failures.OPINFO (strict xfail: a fixed

@@ -1,8 +1,8 @@
 """Random operators draw from the openreg generator of their device.
 
-Each openreg device has its own default generator whose state is a CPU
-generator state, so for the same seed openreg reproduces the CPU's numbers
-exactly, run after run. The CPU's own generator is never consumed by
+Each openreg device has its own default generator with CUDA's (seed, offset)
+state; the first random op after seeding reproduces the CPU's numbers for the
+seed exactly, run after run. The CPU's own generator is never consumed by
 openreg ops, and each device's generator is independent.
 """
 import subprocess

@@ -125,8 +125,8 @@ def test_activation_checkpointing_replays_dropout_masks(use_reentrant):
     assert grad_a.count_nonzero() > 0
 
 
-# A saved state replays its numbers wherever it is restored in the process, as
-# CUDA's (seed, offset) does: after a reseed, in another generator or device,
+# A saved state replays its numbers wherever it is restored, as CUDA's
+# (seed, offset) does: after a reseed, in another generator, device or process,
 # through a copy of the generator, and when draws of different sizes reached the
 # same (seed, offset) (every kernel adds the same offset, as small CUDA ones do).
 
@@ -199,3 +199,65 @@ def test_devices_seeded_alike_restore_their_own_states():
     torch.openreg.set_rng_state_all(states)
     for d in (0, 1):
         assert torch.equal(torch.rand(4, device=f"openreg:{d}").cpu(), expected[d])
+
+
+def test_random_kernels_draw_at_launch_not_when_their_stream_runs_them():
+    # Two streams, the first held up or not: the numbers follow launch order.
+    def draws(hold):
+        torch.openreg.manual_seed(0)
+        s1, s2 = torch.openreg.Stream(), torch.openreg.Stream()
+        with torch.openreg.stream(s1):
+            if hold:
+                torch.openreg._sleep(200)
+            a = torch.randn(5, device="openreg")
+        with torch.openreg.stream(s2):
+            b = torch.randn(5, device="openreg")
+        torch.openreg.synchronize()
+        return torch.cat([a, b]).cpu()
+
+    assert torch.equal(draws(hold=True), draws(hold=False))
+
+
+def test_checkpoint_replays_dropout_after_a_reseed_to_the_same_seed():
+    # Forward 1 and forward 2 each start from manual_seed(0) and draw once
+    # first: both checkpoints stash (0, 4), which must replay each one's masks.
+    from torch.utils.checkpoint import checkpoint
+    drop = lambda t: torch.nn.functional.dropout(t, 0.5, True)
+    torch.manual_seed(0)
+    x = torch.randn(64, 64, device="openreg", requires_grad=True)
+    y = checkpoint(drop, x, use_reentrant=False)
+    torch.manual_seed(0)
+    torch.randn(10, device="openreg")
+    x2 = torch.ones(64, 64, device="openreg", requires_grad=True)
+    w = checkpoint(drop, x2, use_reentrant=False)
+    (y.sum() + w.sum()).backward()
+    assert torch.equal((y != 0).cpu(), (x.grad != 0).cpu())
+    assert torch.equal((w != 0).cpu(), (x2.grad != 0).cpu())
+
+
+def test_many_pending_checkpoints_replay_their_masks():
+    # More stashed states than any cache of positions would hold (e.g. all of a
+    # pipeline schedule's forwards before the backwards).
+    from torch.utils.checkpoint import checkpoint
+    drop = lambda t: torch.nn.functional.dropout(t, 0.5, True)
+    torch.manual_seed(0)
+    xs = [torch.ones(32, device="openreg", requires_grad=True) for _ in range(1500)]
+    ys = [checkpoint(drop, x, use_reentrant=False) for x in xs]
+    sum(y.sum() for y in ys).backward()
+    assert all(torch.equal((y != 0).cpu(), (x.grad != 0).cpu()) for x, y in zip(xs, ys))
+
+
+def test_a_state_names_the_same_numbers_in_another_process(python):
+    # Reached by different draws in two processes: (0, 8) either way.
+    code = """
+        import sys, torch
+        torch.openreg.manual_seed(0)
+        for n in {sizes}:
+            torch.rand(n, device="openreg")
+        print(torch.openreg.get_rng_state()[8:].view(torch.int64).item(),
+              torch.rand(4, device="openreg").cpu().tolist())
+    """
+    first = python(code.format(sizes=[3, 1000]))
+    second = python(code.format(sizes=[777, 5]))
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert first.stdout == second.stdout and first.stdout.startswith("8 ")
