@@ -159,6 +159,7 @@ class DeviceCache {
     statAdd(stats_.active_bytes, small, block->size);
     statAdd(stats_.requested_bytes, small, requested);
     live_[block->ptr] = block;
+    reportToProfiler(block->ptr, static_cast<int64_t>(block->size));
     return block->ptr;
   }
 
@@ -172,6 +173,7 @@ class DeviceCache {
     statAdd(stats_.allocation, block->small, -1);
     statAdd(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
     if (block->oversize) statAdd(stats_.oversize_allocations, -1);
+    reportToProfiler(block->ptr, -static_cast<int64_t>(block->size));
     if (block->stream_uses.empty()) {
       makeCached(block);
       return true;
@@ -278,6 +280,14 @@ class DeviceCache {
     std::vector<orEvent> events;
     std::vector<c10::DeviceIndex> devices;  // of the streams the events are on
   };
+
+  // profile_memory=True: the profiler's device memory columns and timeline
+  // (a thread-local check when no profiler runs).
+  void reportToProfiler(void* ptr, int64_t bytes) {
+    c10::reportMemoryUsageToProfiler(ptr, bytes, stats_.allocated_bytes[0].current,
+                                     stats_.reserved_bytes[0].current,
+                                     c10::Device(c10::DeviceType::PrivateUse1, device_));
+  }
 
   c10::Stream streamOf(c10::StreamId id) const {
     return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device_), id);
