@@ -18,6 +18,10 @@ using at::Scalar;
 using at::Tensor;
 
 Tensor mm(const Tensor& self, const Tensor& mat2) {
+  // mm's meta leaves this check to the CPU kernel (addmm_impl_cpu_), which
+  // runs on the stream; raised there, it would fail the stream.
+  TORCH_CHECK(self.dtype() == mat2.dtype(), "expected m1 and m2 to have the same dtype, but got: ",
+              self.dtype(), " != ", mat2.dtype());
   return structured<at::meta::structured_mm>(
       "mm", [](Tensor& out, auto&... a) { at::cpu::mm_out(out, a...); }, self, mat2);
 }
