@@ -5,6 +5,13 @@
 // routes the operators here. Tests: tests/ops/test_error_inputs.py,
 // tests/ops/test_fallback_checks.py.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/BucketizationUtils.h>
+#include <ATen/native/IndexingUtils.h>
+#include <ATen/native/cpu/mixed_data_type.h>
+#include <ATen/ops/empty.h>
+
+#include <string>
+#include <unordered_map>
 
 #include "Kernels.h"
 
@@ -48,7 +55,188 @@ void checkAmpUpdateScaleArguments(const IValue* args) {
   TORCH_CHECK(found_inf.scalar_type() == at::kFloat, "found_inf must be a float tensor.");
 }
 
+// The argument checks below are the CPU kernels' own (same order, words and
+// exception type), made on the host where CUDA makes them: cheap checks of
+// dtypes and shapes, no data read unless CUDA reads it too (normal's std).
+
+// _index_put_impl_(self, indices, values, accumulate, unsafe) (x[i] = v,
+// index_put_): the index dtypes and mask shapes (make_info) and the values'
+// dtype (make_index_put_iterator). Not the values' shape, which needs the
+// masks' nonzero counts. With one mask and a one-element value, the CPU
+// kernel takes masked_fill_ instead, which accepts any value dtype.
+void checkIndexPutArguments(const IValue* args) {
+  const at::Tensor& self = args[0].toTensor();
+  const auto indices = args[1].toOptionalTensorList();
+  const at::Tensor& values = args[2].toTensor();
+  const bool accumulate = args[3].toBool();
+  int64_t dim = 0;  // the dimension of self the next index starts at
+  int masks = 0, others = 0;
+  for (const std::optional<at::Tensor>& index : indices) {
+    if (!index.has_value() || !index->defined()) {
+      ++dim;
+    } else if (index->scalar_type() == at::kBool || index->scalar_type() == at::kByte) {
+      ++masks;
+      for (int64_t j = 0; j < index->dim() && dim + j < self.dim(); ++j)
+        if (index->size(j) != self.size(dim + j)) at::native::invalid_mask(self, dim + j, *index, j);
+      dim += index->dim();
+    } else {
+      ++others;
+      ++dim;
+    }
+  }
+  if (!accumulate && values.numel() == 1 && masks == 1 && others == 0) return;
+  at::native::checkIndexTensorTypes(indices, /*allow_int=*/true);
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(),
+              "Index put requires the source and destination dtypes match, got ",
+              self.scalar_type(), " for the destination and ", values.scalar_type(),
+              " for the source.");
+}
+
+// masked_fill_(self, mask, value): value is a Scalar or a 0-dim tensor.
+void checkMaskedFillArguments(const IValue* args) {
+  const at::Tensor& mask = args[1].toTensor();
+  if (args[2].isTensor())
+    TORCH_CHECK(args[2].toTensor().dim() == 0, "masked_fill_ only supports a 0-dimensional value "
+                "tensor, but got tensor with ", args[2].toTensor().dim(), " dimension(s).");
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, but got "
+              "mask with dtype ", mask.dtype());
+}
+
+// put_(self, index, source, accumulate)
+void checkPutArguments(const IValue* args) {
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& index = args[1].toTensor();
+  const at::Tensor& source = args[2].toTensor();
+  TORCH_CHECK(index.scalar_type() == at::kLong, "put_(): Expected a long tensor for index, but got ",
+              index.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "put_(): self and source expected to have "
+              "the same dtype, but got self.dtype = ", self.scalar_type(), " and source.dtype = ",
+              source.scalar_type());
+  TORCH_CHECK_INDEX(source.numel() == index.numel(), "put_(): Expected source and index to have "
+                    "the same number of elements, but got source.numel() = ", source.numel(),
+                    ", index.numel() = ", index.numel());
+  TORCH_CHECK_INDEX(!(self.numel() == 0 && index.numel() != 0),
+                    "put_(): Tried to indexing on an empty tensor");
+}
+
+// index_fill_(self, dim, index, value)
+void checkIndexFillArguments(const IValue* args) {
+  TORCH_CHECK_INDEX(args[2].toTensor().scalar_type() == at::kLong,
+                    "index_fill_(): Expected dtype int64 for index.");
+}
+
+// normal(mean, std, ...) with a std tensor: CUDA too reads std's minimum on
+// the host (a synchronisation) to raise this at the call.
+void checkNormalStd(const IValue* args) {
+  const at::Tensor& std = args[1].toTensor();
+  TORCH_CHECK(!std.is_complex(), "normal expects standard deviation to be non-complex");
+  TORCH_CHECK(std.numel() == 0 || std.min().ge(0).item<bool>(),
+              "normal expects all elements of std >= 0.0");
+}
+
+// linalg_cross(self, other, dim): the CPU kernel reads `other` as the
+// result's dtype, which is self's (a typed data pointer's words).
+void checkCrossArguments(const IValue* args) {
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& other = args[1].toTensor();
+  TORCH_CHECK(other.scalar_type() == self.scalar_type(), "expected scalar type ",
+              self.scalar_type(), " but found ", other.scalar_type());
+}
+
+// addbmm(self, batch1, batch2, beta, alpha[, out]): the CPU kernel runs
+// result.addmm_(batch1[b], batch2[b]) per batch (result: out, or self), and
+// addmm's meta checks the dtypes; no batch, no check.
+void checkAddbmmArguments(const IValue* args, size_t num_args) {
+  const at::Tensor& batch1 = args[1].toTensor();
+  const at::Tensor& batch2 = args[2].toTensor();
+  if (batch1.dim() != 3 || batch1.size(0) == 0) return;
+  const at::Tensor& result = num_args > 5 ? args[5].toTensor() : args[0].toTensor();
+  TORCH_CHECK(result.scalar_type() == batch2.scalar_type(), "self and mat2 must have the same "
+              "dtype, but got ", result.scalar_type(), " and ", batch2.scalar_type());
+  TORCH_CHECK(batch1.scalar_type() == batch2.scalar_type(), "mat1 and mat2 must have the same "
+              "dtype, but got ", batch1.scalar_type(), " and ", batch2.scalar_type());
+}
+
+// native_group_norm(input, weight, bias, ...): a parameter of another dtype
+// than the input must be float32 (a reduced-precision input's statistics).
+void checkGroupNormArguments(const IValue* args) {
+  const at::Tensor& input = args[0].toTensor();
+  const at::Tensor weight = args[1].toOptional<at::Tensor>().value_or(at::Tensor());
+  const at::Tensor bias = args[2].toOptional<at::Tensor>().value_or(at::Tensor());
+  if (at::native::is_mixed_type(input, weight, bias))
+    at::native::check_mixed_data_type(input, weight, bias);
+}
+
+// binary_cross_entropy(self, target, ...): the CPU kernel's TensorIterator
+// takes one dtype, the loss's (self's).
+void checkBinaryCrossEntropyArguments(const IValue* args) {
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& target = args[1].toTensor();
+  TORCH_CHECK(target.scalar_type() == self.scalar_type(), "Found dtype ", target.scalar_type(),
+              " but expected ", self.scalar_type());
+}
+
+// searchsorted(sorted_sequence, self, out_int32, right, side, sorter[, out]):
+// ATen's own pre-check, as CUDA makes it (it reads a sorter's range).
+void checkSearchsortedArguments(const IValue* args, size_t num_args) {
+  const at::Tensor& boundaries = args[0].toTensor();
+  const at::Tensor& input = args[1].toTensor();
+  const bool out_int32 = args[2].toBool();
+  const at::Tensor output = num_args > 6 ? args[6].toTensor()
+                                         : at::empty({0}, at::TensorOptions(at::kMeta).dtype(
+                                                              out_int32 ? at::kInt : at::kLong));
+  const auto side = args[4].isNone() ? std::nullopt
+                                     : std::optional<std::string_view>(args[4].toStringView());
+  const at::Tensor sorter = args[5].toOptional<at::Tensor>().value_or(at::Tensor());
+  at::native::searchsorted_pre_check(boundaries, input, output, out_int32, args[3].toBool(), side,
+                                     sorter);
+}
+
+using Check = void (*)(const IValue* args, size_t num_args);
+template <void (*F)(const IValue*)>
+void ignoringCount(const IValue* args, size_t) {
+  F(args);
+}
+
+// Operator (name.overload) -> its checks.
+const std::unordered_map<std::string, Check>& checks() {
+  static const std::unordered_map<std::string, Check> table = {
+      {"aten::_index_put_impl_", ignoringCount<checkIndexPutArguments>},
+      {"aten::masked_fill_.Scalar", ignoringCount<checkMaskedFillArguments>},
+      {"aten::masked_fill_.Tensor", ignoringCount<checkMaskedFillArguments>},
+      {"aten::put_", ignoringCount<checkPutArguments>},
+      {"aten::index_fill_.int_Scalar", ignoringCount<checkIndexFillArguments>},
+      {"aten::index_fill_.int_Tensor", ignoringCount<checkIndexFillArguments>},
+      {"aten::normal.Tensor_Tensor", ignoringCount<checkNormalStd>},
+      {"aten::normal.Tensor_Tensor_out", ignoringCount<checkNormalStd>},
+      {"aten::normal.float_Tensor", ignoringCount<checkNormalStd>},
+      {"aten::normal.float_Tensor_out", ignoringCount<checkNormalStd>},
+      {"aten::linalg_cross", ignoringCount<checkCrossArguments>},
+      {"aten::linalg_cross.out", ignoringCount<checkCrossArguments>},
+      {"aten::addbmm", checkAddbmmArguments},
+      {"aten::addbmm_", checkAddbmmArguments},
+      {"aten::addbmm.out", checkAddbmmArguments},
+      {"aten::native_group_norm", ignoringCount<checkGroupNormArguments>},
+      {"aten::binary_cross_entropy", ignoringCount<checkBinaryCrossEntropyArguments>},
+      {"aten::searchsorted.Tensor", checkSearchsortedArguments},
+      {"aten::searchsorted.Tensor_out", checkSearchsortedArguments},
+  };
+  return table;
+}
+
 }  // namespace
+
+std::vector<std::string> checkedFallbackOperators() {
+  std::vector<std::string> names;
+  for (const auto& [name, check] : checks()) names.push_back(name.substr(6));  // without "aten::"
+  return names;
+}
+
+void checkedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t num_args = op.schema().arguments().size();
+  checks().at(c10::toString(op.operator_name()))(argumentsOf(op, stack), num_args);
+  fallback(op, stack);
+}
 
 void convolutionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   checkConvolutionArguments(argumentsOf(op, stack));

@@ -55,5 +55,9 @@ at::Tensor nestedOnDevice(const at::Tensor& nested, c10::Device device);
 void convolutionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void ampUpdateScaleFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void multiHeadAttentionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The CPU kernels' argument checks, on the host, for the operators
+// checkedFallbackOperators() names (name.overload), then the fallback.
+void checkedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+std::vector<std::string> checkedFallbackOperators();
 
 }  // namespace openreg::kernels
