@@ -198,12 +198,20 @@ Tensor index_select(const Tensor& self, int64_t dim, const Tensor& index) {
   return out;
 }
 
-Tensor where(const Tensor& condition, const Tensor& self, const Tensor& other) {
-  c10::Device device = opDevice("where", condition, self, other);
+Tensor where(const Tensor& condition_in, const Tensor& self, const Tensor& other) {
+  c10::Device device = opDevice("where", condition_in, self, other);
   c10::DeviceGuard guard(device);
-  TORCH_CHECK(condition.scalar_type() == at::kBool,
+  TORCH_CHECK(condition_in.scalar_type() == at::kBool || condition_in.scalar_type() == at::kByte,
               "where expected condition to be a boolean tensor, but got a tensor with dtype ",
-              condition.scalar_type());
+              condition_in.scalar_type());
+  // A uint8 condition is deprecated, not refused, as on the CPU and CUDA; the
+  // warning is the host's (the kernel gets a bool condition).
+  if (condition_in.scalar_type() == at::kByte) {
+    TORCH_WARN_ONCE("where received a uint8 condition tensor. This behavior is deprecated and "
+                    "will be removed in a future version of PyTorch. Use a boolean condition "
+                    "instead.");
+  }
+  const Tensor condition = condition_in.to(at::kBool);
   auto shape = at::infer_size_dimvector(at::infer_size_dimvector(condition.sizes(), self.sizes()),
                                         other.sizes());
   // On the op's device: `self` may be a CPU scalar (torch.where(c, 9.0, x)).
