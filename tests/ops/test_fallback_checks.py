@@ -73,3 +73,90 @@ def test_foreach_infinity_norm_of_an_empty_tensor():
         with pytest.raises(RuntimeError, match="_foreach_norm cannot compute the infinity norm"):
             torch._foreach_norm([torch.ones(2, device=device), torch.zeros(0, device=device)], float("inf"))
     _stream_still_works()
+
+
+_HALF = torch.float16
+# Calls whose argument errors the CPU kernel raises inside itself, which the
+# host checks (csrc/aten/FallbackChecks.cpp, Blas.cpp) raise at the call:
+# name -> call(device).
+_HOST_CHECKED = {
+    "mm dtypes": lambda d: torch.mm(torch.ones(2, 2, device=d), torch.ones(2, 2, device=d, dtype=_HALF)),
+    "linear dtypes": lambda d: torch.nn.functional.linear(torch.ones(2, 3, device=d),
+                                                          torch.ones(4, 3, device=d, dtype=_HALF)),
+    "matmul 3d@2d dtypes": lambda d: torch.ones(2, 2, 2, device=d) @ torch.ones(2, 2, device=d, dtype=_HALF),
+    "addbmm dtypes": lambda d: torch.addbmm(torch.ones(2, 2, device=d), torch.ones(1, 2, 2, device=d),
+                                            torch.ones(1, 2, 2, device=d, dtype=_HALF)),
+    "addbmm_ self dtype": lambda d: torch.ones(2, 2, device=d, dtype=_HALF).addbmm_(
+        torch.ones(1, 2, 2, device=d), torch.ones(1, 2, 2, device=d)),
+    "cross dtypes": lambda d: torch.cross(torch.ones(3, device=d, dtype=_HALF), torch.ones(3, device=d), dim=0),
+    "linalg.cross dtypes": lambda d: torch.linalg.cross(torch.ones(3, device=d), torch.ones(3, device=d, dtype=_HALF)),
+    "setitem values dtype": lambda d: torch.zeros(3, device=d).__setitem__(
+        torch.tensor([0, 1], device=d), torch.ones(2, device=d, dtype=_HALF)),
+    "index_put_ accumulate values dtype": lambda d: torch.zeros(3, device=d).index_put_(
+        (torch.tensor([0], device=d),), torch.ones(1, device=d, dtype=_HALF), accumulate=True),
+    "index_put_ float index": lambda d: torch.zeros(3, device=d).index_put_(
+        (torch.tensor([0.0], device=d),), torch.ones(1, device=d)),
+    "index_put_ mask shape": lambda d: torch.zeros(3, device=d).index_put_(
+        (torch.tensor([True, False], device=d),), torch.ones(1, device=d)),
+    "masked_fill float mask": lambda d: torch.zeros(2, device=d).masked_fill(torch.ones(2, device=d), 0.0),
+    "masked_fill_ uint8 mask": lambda d: torch.zeros(2, device=d).masked_fill_(
+        torch.ones(2, device=d, dtype=torch.uint8), 0.0),
+    "put_ source dtype": lambda d: torch.zeros(2, device=d).put_(torch.tensor([0], device=d),
+                                                                 torch.ones(1, device=d, dtype=_HALF)),
+    "put_ int32 index": lambda d: torch.zeros(2, device=d).put_(torch.tensor([0], device=d, dtype=torch.int32),
+                                                                torch.ones(1, device=d)),
+    "put_ numel": lambda d: torch.zeros(2, device=d).put_(torch.tensor([0, 1], device=d), torch.ones(1, device=d)),
+    "index_fill_ float index": lambda d: torch.zeros(2, device=d).index_fill_(0, torch.zeros(1, device=d), 1.0),
+    "normal negative std": lambda d: torch.normal(torch.zeros(2, device=d), -torch.ones(2, device=d)),
+    "normal float mean, nan std": lambda d: torch.normal(0.0, torch.full((1,), float("nan"), device=d)),
+    "normal complex std": lambda d: torch.normal(torch.zeros(1, device=d),
+                                                 torch.ones(1, device=d, dtype=torch.complex64)),
+    "group_norm weight dtype": lambda d: torch.nn.functional.group_norm(
+        torch.ones(1, 2, 2, device=d), 1, torch.ones(2, device=d, dtype=_HALF)),
+    "binary_cross_entropy target dtype": lambda d: torch.nn.functional.binary_cross_entropy(
+        torch.full((2,), 0.5, device=d), torch.ones(2, device=d, dtype=_HALF)),
+    "searchsorted float sorter": lambda d: torch.searchsorted(torch.ones(3, device=d), torch.ones(2, device=d),
+                                                              sorter=torch.ones(3, device=d)),
+    "searchsorted side": lambda d: torch.searchsorted(torch.ones(3, device=d), torch.ones(2, device=d),
+                                                      side="middle"),
+}
+
+
+@pytest.mark.parametrize("name", list(_HOST_CHECKED))
+def test_argument_errors_raise_at_the_call_in_the_cpus_words(name):
+    call = _HOST_CHECKED[name]
+    with pytest.raises(Exception) as cpu:
+        call("cpu")
+    with pytest.raises(type(cpu.value)) as dev:
+        call("openreg")
+    assert type(dev.value) is type(cpu.value)
+    assert str(dev.value) == str(cpu.value)
+    _stream_still_works()
+    assert (torch.ones(3, device="openreg") + 1).sum().item() == 6.0
+
+
+def test_host_checked_calls_still_run_like_the_cpu():
+    # What the checks must let through, with the CPU's results.
+    def calls(d):
+        x = torch.arange(6.0, device=d).reshape(2, 3)
+        y = torch.zeros(3, device=d)
+        y[torch.tensor([True, False, True], device=d)] = torch.tensor(2.0, device=d, dtype=_HALF)  # masked_fill path
+        y.index_put_((torch.tensor([1], device=d),), torch.ones(1, device=d), accumulate=True)
+        torch.manual_seed(0)
+        return [x @ x.T, torch.linalg.cross(x, x.flip(1)), y,
+                torch.zeros(3, device=d).put_(torch.tensor([2], device=d), torch.ones(1, device=d)),
+                torch.zeros(3, device=d).index_fill_(0, torch.tensor([1], device=d), 5.0),
+                x.masked_fill(x > 2, -1.0),
+                torch.normal(torch.zeros(3, device=d), torch.tensor([0.0, 1.0, 2.0], device=d)),
+                torch.addbmm(torch.ones(2, 2, device=d), x[None, :, :2], x[None, :, :2].transpose(1, 2)),
+                torch.searchsorted(torch.tensor([3.0, 1.0, 2.0], device=d), torch.tensor([2.5], device=d),
+                                   sorter=torch.tensor([1, 2, 0], device=d))]
+    for got, expected in zip(calls("openreg"), calls("cpu")):
+        torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_where_takes_a_uint8_condition_as_the_cpu():
+    def call(d):
+        return torch.where(torch.tensor([1, 0], dtype=torch.uint8, device=d), torch.ones(2, device=d),
+                           torch.zeros(2, device=d))
+    assert call("openreg").tolist() == call("cpu").tolist() == [1.0, 0.0]
