@@ -98,6 +98,11 @@ ReduceSpec reduceSpec(const c10d::ReduceOp& op, const at::Tensor& reduced, const
         checkTensor(sup->tensor_factor, what);
         TORCH_CHECK_VALUE(sup->tensor_factor.numel() == 1, "oreg_ccl: ", what,
                           ": the PREMUL_SUM factor must have one element");
+        // The worker reads the factor as a double: a complex (or integer or
+        // bool) one would fail the whole group there instead of this call.
+        TORCH_CHECK_VALUE(c10::isFloatingType(sup->tensor_factor.scalar_type()), "oreg_ccl: ",
+                          what, ": the PREMUL_SUM factor must be a floating tensor, got ",
+                          sup->tensor_factor.scalar_type());
         // On another device, the operation would be ordered (and waited for)
         // on the wrong one: the factor's stream, not the reduced tensor's.
         TORCH_CHECK_VALUE(sup->tensor_factor.device() == reduced.device(), "oreg_ccl: ", what,

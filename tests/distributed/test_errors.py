@@ -68,6 +68,11 @@ def mismatches(rank, n):
     factor = torch.tensor([2.0], device=torch.device("openreg", rank))
     with pytest.raises(ValueError, match="factor is on openreg"):
         dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(factor))
+    # A complex (or integer) PREMUL_SUM factor: the worker reads it as a double.
+    for factor in (torch.tensor(1j), torch.tensor(2)):
+        with pytest.raises(ValueError, match="factor must be a floating tensor"):
+            dist.all_reduce(torch.ones(2, dtype=torch.complex64),
+                            op=dist._make_nccl_premul_sum(factor))
     # all_to_all_single's own block: 2 elements sent to itself, 1 expected.
     with pytest.raises(ValueError, match="sends itself"):
         dist.all_to_all_single(torch.empty(n + 1), torch.ones(n + 1),
