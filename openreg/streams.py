@@ -79,6 +79,9 @@ def default_stream(device=None) -> Stream:
 def set_stream(stream: torch.Stream) -> None:
     if stream is None:
         return
+    # Before its device index (-1 for a CPU stream) is used.
+    if stream.device_type != _PRIVATEUSE1:
+        raise RuntimeError(f"Expected an openreg stream, got a stream of device {stream.device}")
     # The stream's device becomes the current device too, as torch.cuda.set_stream.
     if stream.device_index != _C._current_device():
         _C._set_device(stream.device_index)

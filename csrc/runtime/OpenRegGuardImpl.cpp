@@ -24,6 +24,10 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Device getDevice() const override { return c10::Device(kType, current_device()); }
   void setDevice(c10::Device d) const override {
     TORCH_INTERNAL_ASSERT(d.is_privateuseone());
+    // Index -1 is the current device: no change, as torch.openreg.set_device(-1).
+    // torch.accelerator.set_stream first sets the stream's device index, -1
+    // for a stream of another type, whose type is then refused with a clear message.
+    if (d.index() == -1) return;
     set_device(d.index());
   }
   void uncheckedSetDevice(c10::Device d) const noexcept override {
@@ -33,6 +37,11 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     }
   }
   c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
+  // torch.accelerator.get_device_capability(): openreg holds every dtype the
+  // CPU does (its kernels are the CPU's), so the CPU's answer: all of them.
+  c10::DeviceCapability getDeviceCapability(c10::Device) const override {
+    return c10::DeviceCapability();
+  }
 
   c10::Stream getStream(c10::Device d) const override { return getCurrentStream(d.index()); }
   c10::Stream getDefaultStream(c10::Device d) const override {
@@ -45,6 +54,9 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return getStreamFromPool(d.index(), priority);
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
+    // Before its index is read: a CPU stream's -1 would name a bogus device.
+    TORCH_CHECK(s.device_type() == kType, "Expected an openreg stream, got a stream of device ",
+                s.device());
     c10::Stream previous = getCurrentStream(s.device_index());
     setCurrentStream(s);
     return previous;

@@ -79,6 +79,24 @@ def test_set_stream_makes_its_device_current():
         torch.openreg.set_device(prev)
 
 
+def test_set_stream_refuses_a_stream_of_another_device_type():
+    prev = (torch.openreg.current_device(), torch.openreg.current_stream())
+    cpu_stream = torch.Stream(device="cpu")
+    with pytest.raises(RuntimeError, match="Expected an openreg stream, got a stream of device cpu"):
+        torch.openreg.set_stream(cpu_stream)
+    with pytest.raises(RuntimeError, match="stream's device type CPU doesn't match the current accelerator"):
+        torch.accelerator.set_stream(cpu_stream)
+    assert (torch.openreg.current_device(), torch.openreg.current_stream()) == prev
+
+
+def test_device_capability_lists_the_cpus_dtypes():
+    cap = torch.accelerator.get_device_capability()
+    assert set(cap) == {"supported_dtypes"}
+    assert {torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.complex64, torch.int64,
+            torch.bool, torch.uint8, torch.float8_e4m3fn} <= cap["supported_dtypes"]
+    assert cap == torch.accelerator.get_device_capability("openreg:1")
+
+
 @pytest.mark.parametrize("name,value", [
     ("OPENREG_DEVICE_COUNT", "0"), ("OPENREG_DEVICE_COUNT", "65"), ("OPENREG_DEVICE_COUNT", "-1"),
     ("OPENREG_DEVICE_COUNT", "abc"), ("OPENREG_DEVICE_COUNT", " 4"),
