@@ -43,6 +43,9 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return c10::DeviceCapability();
   }
 
+  // torch.Stream.native_handle: the driver's stream, as CUDA's cudaStream_t.
+  void* getStreamNativeHandle(const c10::Stream s) const override { return rawStream(s); }
+
   c10::Stream getStream(c10::Device d) const override { return getCurrentStream(d.index()); }
   c10::Stream getDefaultStream(c10::Device d) const override {
     return openreg::getDefaultStream(d.index());

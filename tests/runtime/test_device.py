@@ -97,6 +97,14 @@ def test_device_capability_lists_the_cpus_dtypes():
     assert cap == torch.accelerator.get_device_capability("openreg:1")
 
 
+def test_stream_native_handle_names_the_driver_stream():
+    s1, s2 = torch.Stream(device="openreg"), torch.Stream(device="openreg:1")
+    handles = {s1.native_handle, s2.native_handle, torch.openreg.default_stream().native_handle}
+    assert len(handles) == 3 and all(isinstance(h, int) and h != 0 for h in handles)
+    assert s1.native_handle == torch.Stream(stream_id=s1.stream_id, device_index=s1.device_index,
+                                            device_type=s1.device_type).native_handle
+
+
 @pytest.mark.parametrize("name,value", [
     ("OPENREG_DEVICE_COUNT", "0"), ("OPENREG_DEVICE_COUNT", "65"), ("OPENREG_DEVICE_COUNT", "-1"),
     ("OPENREG_DEVICE_COUNT", "abc"), ("OPENREG_DEVICE_COUNT", " 4"),
