@@ -54,8 +54,12 @@
 //      several network streams busy, and the bundle would cost a copy).
 //  The other collectives use the direct algorithms above on the routed
 //  transport (each message takes shared memory or the network by destination).
-//  alltoall gains nothing from a hierarchy in bytes: every block that crosses
-//  hosts crosses once either way.
+//  alltoall with equal blocks up to 4 KiB: blocks within a
+//      host go direct; those for other hosts meet at the host's first rank
+//      and cross as one message per pair of hosts (H (H-1) network messages
+//      instead of n (n - L)); the far host's first rank hands them out. The
+//      bytes crossing are the same either way, so larger blocks, and uneven
+//      splits (whose sizes only the two ends know), go direct.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -142,6 +146,11 @@ void reduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, Reduc
 void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffsets,
               const std::vector<size_t>& sendBytes, char* out,
               const std::vector<size_t>& recvOffsets, const std::vector<size_t>& recvBytes);
+// Equal blocks: block p of `in` goes to rank p, block q of `out` comes from
+// rank q, `bytes` each (all ranks pass the same; hierarchical across hosts
+// for blocks up to 4 KiB).
+void alltoallEqual(Collective& c, const char* in, char* out, size_t bytes);
+void alltoallHierarchical(Collective& c, const char* in, char* out, size_t bytes);
 // `blocks[q]` receives rank q's `bytes` (only used on the root).
 void gather(Collective& c, const void* in, const std::vector<char*>& blocks, size_t bytes,
             int root);

@@ -257,3 +257,79 @@ void scatterHierarchical(Collective& c, const std::vector<const char*>& blocks, 
 }
 
 }  // namespace openreg::ccl
+
+namespace openreg::ccl {
+
+// Equal blocks of `bytes`, so every rank knows every block's size. Blocks
+// between ranks of one host go direct over shared memory; blocks for other
+// hosts meet at each host's first rank (its leader), cross the network as one
+// message per pair of hosts instead of one per pair of ranks, and are handed
+// out on the far side. Every packed buffer lists the other hosts' ranks in
+// host order (`remotes`).
+void alltoallHierarchical(Collective& c, const char* in, char* out, size_t bytes) {
+  const Topology& t = *c.topology;
+  const std::vector<int>& mine = t.localRanks();
+  const size_t L = mine.size();
+  std::vector<int> remotes;
+  for (size_t h = 0; h < t.hosts.size(); ++h)
+    if (int(h) != t.host()) remotes.insert(remotes.end(), t.hosts[h].begin(), t.hosts[h].end());
+  const size_t packedBytes = remotes.size() * bytes;
+  TransportView local(c.transport, mine);
+  Collective lc = c.on(local);
+
+  std::vector<size_t> offsets(L), sizes(L, bytes);
+  for (size_t i = 0; i < L; ++i) offsets[i] = size_t(mine[i]) * bytes;
+  alltoall(lc, in, offsets, sizes, out, offsets, sizes);
+
+  std::vector<char> packed(packedBytes);
+  for (size_t k = 0; k < remotes.size(); ++k)
+    std::memcpy(packed.data() + k * bytes, in + size_t(remotes[k]) * bytes, bytes);
+  const bool leader = local.rank() == 0;
+  // On the leader: what each local rank sends to, and receives from, the remote ranks.
+  std::vector<char> fromLocals(leader ? L * packedBytes : 0), toLocals(leader ? L * packedBytes : 0);
+  auto rows = [&](std::vector<char>& b) {
+    std::vector<char*> p;
+    for (size_t i = 0; i < L; ++i) p.push_back(leader ? b.data() + i * packedBytes : nullptr);
+    return p;
+  };
+  gather(lc, packed.data(), rows(fromLocals), packedBytes, 0);
+
+  if (leader) {
+    // Host g's bundle, either way: [rank of the sending host][rank of the receiving host].
+    std::vector<std::vector<char>> outgoing, incoming;
+    std::vector<RequestPtr> reqs;
+    size_t first = 0;  // g's first position in `remotes`
+    for (size_t g = 0; g < t.hosts.size(); ++g) {
+      if (int(g) == t.host()) continue;
+      const size_t Lg = t.hosts[g].size();
+      outgoing.emplace_back(L * Lg * bytes);
+      incoming.emplace_back(Lg * L * bytes);
+      for (size_t i = 0; i < L; ++i)
+        std::memcpy(outgoing.back().data() + i * Lg * bytes,
+                    fromLocals.data() + i * packedBytes + first * bytes, Lg * bytes);
+      reqs.push_back(c.send(t.hosts[g][0], outgoing.back().data(), outgoing.back().size()));
+      reqs.push_back(c.recvInto(t.hosts[g][0], incoming.back().data(), incoming.back().size()));
+      first += Lg;
+    }
+    c.waitAll(reqs);
+    first = 0;
+    size_t bundle = 0;
+    for (size_t g = 0; g < t.hosts.size(); ++g) {
+      if (int(g) == t.host()) continue;
+      const size_t Lg = t.hosts[g].size();
+      for (size_t j = 0; j < L; ++j)
+        for (size_t i = 0; i < Lg; ++i)
+          std::memcpy(toLocals.data() + j * packedBytes + (first + i) * bytes,
+                      incoming[bundle].data() + (i * L + j) * bytes, bytes);
+      first += Lg;
+      ++bundle;
+    }
+  }
+  std::vector<const char*> handOut;
+  for (char* p : rows(toLocals)) handOut.push_back(p);
+  scatter(lc, handOut, packed.data(), packedBytes, 0);
+  for (size_t k = 0; k < remotes.size(); ++k)
+    std::memcpy(out + size_t(remotes[k]) * bytes, packed.data() + k * bytes, bytes);
+}
+
+}  // namespace openreg::ccl

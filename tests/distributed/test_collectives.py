@@ -217,6 +217,12 @@ def run_data_movement(rank, n, device, seed):
             start = sum(rows(p, q) for q in range(rank))
             pieces.append(src[start:start + rows(p, rank)])
         check(out, torch.cat(pieces), f"all_to_all_single {dtype}")
+        # all_to_all_single, equal splits (across hosts: through each host's
+        # first rank): block p of rank r is make(r * 10 + p).
+        inp = torch.cat([mk(rank * 10 + p, (2, 3)) for p in range(n)])
+        out = torch.empty(2 * n, 3, dtype=dtype, device=device)
+        dist.all_to_all_single(out, inp.to(device, copy=True))
+        check(out, torch.cat([mk(p * 10 + rank, (2, 3)) for p in range(n)]), f"all_to_all_single equal {dtype}")
         # all_to_all (lists), element p of rank r is make(r * 10 + p).
         outs = [torch.empty(3, dtype=dtype, device=device) for _ in range(n)]
         dist.all_to_all(outs, [mk(rank * 10 + p, (3,)).to(device, copy=True) for p in range(n)])

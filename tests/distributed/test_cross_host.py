@@ -526,3 +526,16 @@ def mesh_across_hosts(rank, n):
 
 def test_device_mesh_across_hosts(tmp_path):
     spawn(mesh_across_hosts, 4, tmp_path, host_of=(0, 0, 1, 1), init={"device_id": True})
+
+
+def alltoall_splits_given_by_one_rank_only(rank, n):
+    # Equal splits take the hosts' first ranks; a rank passing explicit split
+    # sizes takes the direct path: every rank gets a clear mismatch error at once.
+    inp, out = torch.arange(2.0 * n), torch.empty(2 * n)
+    splits = ([2] * n, [2] * n) if rank == 0 else ()
+    expect_dist_error(lambda: dist.all_to_all_single(out, inp, *splits), "mismatched collectives",
+                      "equal blocks of 8 bytes")
+
+
+def test_alltoall_with_splits_on_one_rank_only_is_a_clear_mismatch(tmp_path):
+    spawn(alltoall_splits_given_by_one_rank_only, 4, tmp_path, timeout=120, host_of=(0, 0, 1, 1))
