@@ -5,10 +5,12 @@
 // routes the operators here. Tests: tests/ops/test_error_inputs.py,
 // tests/ops/test_fallback_checks.py.
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/native/BucketizationUtils.h>
 #include <ATen/native/IndexingUtils.h>
 #include <ATen/native/cpu/mixed_data_type.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/index.h>
 
 #include <string>
 #include <unordered_map>
@@ -61,9 +63,10 @@ void checkAmpUpdateScaleArguments(const IValue* args) {
 
 // _index_put_impl_(self, indices, values, accumulate, unsafe) (x[i] = v,
 // index_put_): the index dtypes and mask shapes (make_info) and the values'
-// dtype (make_index_put_iterator). Not the values' shape, which needs the
-// masks' nonzero counts. With one mask and a one-element value, the CPU
-// kernel takes masked_fill_ instead, which accepts any value dtype.
+// shape and dtype (make_index_put_iterator); the shape only for integer
+// indices (a mask's selection needs its nonzero count). With one mask and a
+// one-element value, the CPU kernel takes masked_fill_ instead, which accepts
+// any value dtype but only a bool mask.
 void checkIndexPutArguments(const IValue* args) {
   const at::Tensor& self = args[0].toTensor();
   const auto indices = args[1].toOptionalTensorList();
@@ -84,8 +87,27 @@ void checkIndexPutArguments(const IValue* args) {
       ++dim;
     }
   }
-  if (!accumulate && values.numel() == 1 && masks == 1 && others == 0) return;
+  if (!accumulate && values.numel() == 1 && masks == 1 && others == 0) {
+    for (const std::optional<at::Tensor>& index : indices)
+      if (index.has_value() && index->defined())
+        TORCH_CHECK(index->scalar_type() == at::kBool, "masked_fill_ only supports boolean masks, "
+                    "but got mask with dtype ", index->dtype());
+    return;
+  }
   at::native::checkIndexTensorTypes(indices, /*allow_int=*/true);
+  if (masks == 0 && others > 0) {
+    // The indexing result's shape, from index's Meta kernel.
+    auto onMeta = [](const at::Tensor& t) { return at::empty(t.sizes(), t.options().device(at::kMeta)); };
+    c10::List<std::optional<at::Tensor>> metaIndices;
+    for (const std::optional<at::Tensor>& index : indices)
+      metaIndices.push_back(index.has_value() && index->defined()
+                                ? std::optional<at::Tensor>(onMeta(*index))
+                                : std::nullopt);
+    const at::Tensor result = at::index(onMeta(self), metaIndices);
+    TORCH_CHECK(at::is_expandable_to(values.sizes(), result.sizes()), "shape mismatch: value tensor "
+                "of shape ", values.sizes(), " cannot be broadcast to indexing result of shape ",
+                result.sizes());
+  }
   TORCH_CHECK(values.scalar_type() == self.scalar_type(),
               "Index put requires the source and destination dtypes match, got ",
               self.scalar_type(), " for the destination and ", values.scalar_type(),
@@ -134,13 +156,16 @@ void checkNormalStd(const IValue* args) {
               "normal expects all elements of std >= 0.0");
 }
 
-// linalg_cross(self, other, dim): the CPU kernel reads `other` as the
-// result's dtype, which is self's (a typed data pointer's words).
-void checkCrossArguments(const IValue* args) {
+// linalg_cross(self, other, dim[, out]): the CPU kernel reads `other` and
+// writes `out` as the result's dtype, which is self's (typed data pointers).
+void checkCrossArguments(const IValue* args, size_t num_args) {
   const at::Tensor& self = args[0].toTensor();
   const at::Tensor& other = args[1].toTensor();
   TORCH_CHECK(other.scalar_type() == self.scalar_type(), "expected scalar type ",
               self.scalar_type(), " but found ", other.scalar_type());
+  if (num_args > 3)
+    TORCH_CHECK(args[3].toTensor().scalar_type() == self.scalar_type(), "Expected out tensor to "
+                "have dtype ", self.dtype(), ", but got ", args[3].toTensor().dtype(), " instead");
 }
 
 // addbmm(self, batch1, batch2, beta, alpha[, out]): the CPU kernel runs
@@ -211,8 +236,8 @@ const std::unordered_map<std::string, Check>& checks() {
       {"aten::normal.Tensor_Tensor_out", ignoringCount<checkNormalStd>},
       {"aten::normal.float_Tensor", ignoringCount<checkNormalStd>},
       {"aten::normal.float_Tensor_out", ignoringCount<checkNormalStd>},
-      {"aten::linalg_cross", ignoringCount<checkCrossArguments>},
-      {"aten::linalg_cross.out", ignoringCount<checkCrossArguments>},
+      {"aten::linalg_cross", checkCrossArguments},
+      {"aten::linalg_cross.out", checkCrossArguments},
       {"aten::addbmm", checkAddbmmArguments},
       {"aten::addbmm_", checkAddbmmArguments},
       {"aten::addbmm.out", checkAddbmmArguments},

@@ -98,8 +98,9 @@ ReduceSpec reduceSpec(const c10d::ReduceOp& op, const at::Tensor& reduced, const
         checkTensor(sup->tensor_factor, what);
         TORCH_CHECK_VALUE(sup->tensor_factor.numel() == 1, "oreg_ccl: ", what,
                           ": the PREMUL_SUM factor must have one element");
-        // The worker reads the factor as a double: a complex (or integer or
-        // bool) one would fail the whole group there instead of this call.
+        // The worker reads the factor as a double: a complex one would fail
+        // the whole group there instead of this call; NCCL's factor is of the
+        // reduced (floating) dtype, so an integer or bool one is refused too.
         TORCH_CHECK_VALUE(c10::isFloatingType(sup->tensor_factor.scalar_type()), "oreg_ccl: ",
                           what, ": the PREMUL_SUM factor must be a floating tensor, got ",
                           sup->tensor_factor.scalar_type());

@@ -451,7 +451,10 @@ class DeviceCache {
     stats_.num_device_alloc++;
     statAdd(stats_.segment, small, 1);
     statAdd(stats_.reserved_bytes, small, bytes);
-    if (isOversize(bytes)) statAdd(stats_.oversize_segments, 1);
+    if (isOversize(bytes)) {
+      statAdd(stats_.oversize_segments, 1);
+      oversize_segments_.insert(ptr);
+    }
     return block;
   }
 
@@ -500,7 +503,8 @@ class DeviceCache {
     stats_.num_device_free++;
     statAdd(stats_.segment, block->small, -1);
     statAdd(stats_.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
-    if (isOversize(block->size)) statAdd(stats_.oversize_segments, -1);
+    // Counted by what it was when allocated: max_split_size_mb may have changed since.
+    if (oversize_segments_.erase(block->ptr)) statAdd(stats_.oversize_segments, -1);
     delete block;
     return blocks.erase(it);
   }
@@ -589,6 +593,7 @@ class DeviceCache {
   BlockPool large_blocks_;                         // GUARDED_BY mutex_
   std::vector<PendingFree> pending_;               // GUARDED_BY mutex_
   std::unordered_map<void*, Block*> live_;         // GUARDED_BY mutex_
+  std::unordered_set<void*> oversize_segments_;    // their base pointers; GUARDED_BY mutex_
   DeviceStats stats_;                              // GUARDED_BY mutex_
   double fraction_ = 1.0;                          // GUARDED_BY mutex_
   bool fraction_set_ = false;                      // GUARDED_BY mutex_

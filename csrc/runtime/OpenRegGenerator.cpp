@@ -34,7 +34,8 @@ at::Generator cpuGeneratorAt(uint64_t seed, uint64_t offset) {
   data.seeded_ = true;
   data.left_ = 1;  // the first draw twists the state below
   data.next_ = 0;
-  uint64_t x = splitmix64(seed) ^ splitmix64(offset ^ 0x5851f42d4c957f2dULL);
+  // Not symmetric in (seed, offset): (s, o) and (o, s) name different streams.
+  uint64_t x = splitmix64(splitmix64(seed) + offset);
   for (auto& word : data.state_) word = static_cast<uint32_t>(splitmix64(x++) >> 32);
   at::mt19937 engine;
   engine.set_data(data);

@@ -13,12 +13,6 @@ OPINFO = {
     "sparse.sampled_addmm": _NO_SPARSE,
     "sparse.mm.reduce": _NO_SPARSE,
     "to_sparse": _NO_SPARSE,
-    # Not an openreg bug: LinearCrossEntropyOptions._adjust resolves
-    # acc_policy="auto" from a (device.type, dtype) table; openreg gets the
-    # default policy while the CPU has its own entry, so bfloat16 accumulates
-    # differently (last-bit differences). CUDA differs from the CPU the same way.
-    "nn.functional.linear_cross_entropy.chunked_none@bfloat16":
-        "acc_policy='auto' is chosen per device type, so bf16 accumulation differs from the CPU's",
 }
 
 # AMP maps "op@list" (an entry of torch.testing._internal.autocast_test_lists)

@@ -106,6 +106,12 @@ _HOST_CHECKED = {
     "put_ int32 index": lambda d: torch.zeros(2, device=d).put_(torch.tensor([0], device=d, dtype=torch.int32),
                                                                 torch.ones(1, device=d)),
     "put_ numel": lambda d: torch.zeros(2, device=d).put_(torch.tensor([0, 1], device=d), torch.ones(1, device=d)),
+    "setitem uint8 mask, one value": lambda d: torch.zeros(2, device=d).__setitem__(
+        torch.tensor([1, 0], dtype=torch.uint8, device=d), 2.0),
+    "setitem values shape": lambda d: torch.zeros(4, device=d).__setitem__(
+        torch.tensor([0, 1], device=d), torch.ones(3, device=d)),
+    "linalg.cross out dtype": lambda d: torch.linalg.cross(
+        torch.ones(3, device=d), torch.ones(3, device=d), out=torch.empty(3, device=d, dtype=torch.float64)),
     "index_fill_ float index": lambda d: torch.zeros(2, device=d).index_fill_(0, torch.zeros(1, device=d), 1.0),
     "normal negative std": lambda d: torch.normal(torch.zeros(2, device=d), -torch.ones(2, device=d)),
     "normal float mean, nan std": lambda d: torch.normal(0.0, torch.full((1,), float("nan"), device=d)),

@@ -247,6 +247,16 @@ def test_many_pending_checkpoints_replay_their_masks():
     assert all(torch.equal((y != 0).cpu(), (x.grad != 0).cpu()) for x, y in zip(xs, ys))
 
 
+def test_states_with_seed_and_offset_swapped_draw_differently():
+    # The stream a state names mixes seed and offset asymmetrically.
+    g = torch.Generator("openreg")
+    draws = []
+    for seed, offset in [(8, 4), (4, 8), (0x5851F42D4C957F29, 0x5851F42D4C957F2D), (0, 4)]:
+        g.set_state(torch.tensor([seed, offset], dtype=torch.int64).view(torch.uint8))
+        draws.append(torch.rand(8, device="openreg", generator=g).cpu())
+    assert all(not torch.equal(a, b) for i, a in enumerate(draws) for b in draws[i + 1:])
+
+
 def test_a_state_names_the_same_numbers_in_another_process(python):
     # Reached by different draws in two processes: (0, 8) either way.
     code = """

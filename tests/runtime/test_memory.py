@@ -416,6 +416,22 @@ def test_max_split_size_keeps_oversize_blocks_whole(python):
     assert segments.split("|")[1:3] == ["           2 ", "           2 "]
 
 
+def test_oversize_segments_count_what_they_were_when_allocated(python):
+    # max_split_size_mb changed while a segment lives: its release still
+    # undoes what its allocation counted (the count never goes negative).
+    r = python(_ALLOC + textwrap.dedent("""
+        a = alloc(30)
+        torch._C._accelerator_setAllocatorSettings("max_split_size_mb:20")
+        b = alloc(30)
+        show("oversize_segments.current")
+        del a, b
+        o.empty_cache()
+        show("oversize_segments.current", "reserved_bytes.all.current")
+    """), env={"PYTORCH_ALLOC_CONF": "max_split_size_mb:100"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["1", "0 0"]
+
+
 def test_max_split_size_unset_splits_as_before_and_reports_minus_one(python):
     r = python(_ALLOC + textwrap.dedent("""
         a = alloc(40)
