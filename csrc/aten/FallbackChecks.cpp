@@ -11,9 +11,11 @@
 #include <ATen/native/cpu/mixed_data_type.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/index.h>
+#include <torch/library.h>
 
-#include <string>
-#include <unordered_map>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "Kernels.h"
 
@@ -224,43 +226,48 @@ void ignoringCount(const IValue* args, size_t) {
 }
 
 // Operator (name.overload) -> its checks.
-const std::unordered_map<std::string, Check>& checks() {
-  static const std::unordered_map<std::string, Check> table = {
-      {"aten::_index_put_impl_", ignoringCount<checkIndexPutArguments>},
-      {"aten::masked_fill_.Scalar", ignoringCount<checkMaskedFillArguments>},
-      {"aten::masked_fill_.Tensor", ignoringCount<checkMaskedFillArguments>},
-      {"aten::put_", ignoringCount<checkPutArguments>},
-      {"aten::index_fill_.int_Scalar", ignoringCount<checkIndexFillArguments>},
-      {"aten::index_fill_.int_Tensor", ignoringCount<checkIndexFillArguments>},
-      {"aten::normal.Tensor_Tensor", ignoringCount<checkNormalStd>},
-      {"aten::normal.Tensor_Tensor_out", ignoringCount<checkNormalStd>},
-      {"aten::normal.float_Tensor", ignoringCount<checkNormalStd>},
-      {"aten::normal.float_Tensor_out", ignoringCount<checkNormalStd>},
-      {"aten::linalg_cross", checkCrossArguments},
-      {"aten::linalg_cross.out", checkCrossArguments},
-      {"aten::addbmm", checkAddbmmArguments},
-      {"aten::addbmm_", checkAddbmmArguments},
-      {"aten::addbmm.out", checkAddbmmArguments},
-      {"aten::native_group_norm", ignoringCount<checkGroupNormArguments>},
-      {"aten::binary_cross_entropy", ignoringCount<checkBinaryCrossEntropyArguments>},
-      {"aten::searchsorted.Tensor", checkSearchsortedArguments},
-      {"aten::searchsorted.Tensor_out", checkSearchsortedArguments},
+const std::vector<std::pair<const char*, Check>>& checks() {
+  static const std::vector<std::pair<const char*, Check>> table = {
+      {"_index_put_impl_", ignoringCount<checkIndexPutArguments>},
+      {"masked_fill_.Scalar", ignoringCount<checkMaskedFillArguments>},
+      {"masked_fill_.Tensor", ignoringCount<checkMaskedFillArguments>},
+      {"put_", ignoringCount<checkPutArguments>},
+      {"index_fill_.int_Scalar", ignoringCount<checkIndexFillArguments>},
+      {"index_fill_.int_Tensor", ignoringCount<checkIndexFillArguments>},
+      {"normal.Tensor_Tensor", ignoringCount<checkNormalStd>},
+      {"normal.Tensor_Tensor_out", ignoringCount<checkNormalStd>},
+      {"normal.float_Tensor", ignoringCount<checkNormalStd>},
+      {"normal.float_Tensor_out", ignoringCount<checkNormalStd>},
+      {"linalg_cross", checkCrossArguments},
+      {"linalg_cross.out", checkCrossArguments},
+      {"addbmm", checkAddbmmArguments},
+      {"addbmm_", checkAddbmmArguments},
+      {"addbmm.out", checkAddbmmArguments},
+      {"native_group_norm", ignoringCount<checkGroupNormArguments>},
+      {"binary_cross_entropy", ignoringCount<checkBinaryCrossEntropyArguments>},
+      {"searchsorted.Tensor", checkSearchsortedArguments},
+      {"searchsorted.Tensor_out", checkSearchsortedArguments},
   };
   return table;
 }
 
+// The fallback behind an operator's checks; each registration holds its own
+// check, so a call looks nothing up.
+struct CheckedFallback final : c10::OperatorKernel {
+  explicit CheckedFallback(Check check) : check(check) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    check(argumentsOf(op, stack), op.schema().arguments().size());
+    fallback(op, stack);
+  }
+  const Check check;
+};
+
 }  // namespace
 
-std::vector<std::string> checkedFallbackOperators() {
-  std::vector<std::string> names;
-  for (const auto& [name, check] : checks()) names.push_back(name.substr(6));  // without "aten::"
-  return names;
-}
-
-void checkedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const size_t num_args = op.schema().arguments().size();
-  checks().at(c10::toString(op.operator_name()))(argumentsOf(op, stack), num_args);
-  fallback(op, stack);
+void registerCheckedFallbacks(torch::Library& m) {
+  for (const auto& [name, check] : checks())
+    m.impl(name, torch::CppFunction::makeFromBoxedKernel(
+                     c10::BoxedKernel::makeFromFunctor(std::make_unique<CheckedFallback>(check))));
 }
 
 void convolutionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -9,6 +9,10 @@
 #include <c10/core/Scalar.h>
 #include <c10/core/Storage.h>
 
+namespace torch {
+class Library;
+}
+
 namespace openreg::kernels {
 
 // Factories.cpp
@@ -55,9 +59,8 @@ at::Tensor nestedOnDevice(const at::Tensor& nested, c10::Device device);
 void convolutionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void ampUpdateScaleFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void multiHeadAttentionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-// The CPU kernels' argument checks, on the host, for the operators
-// checkedFallbackOperators() names (name.overload), then the fallback.
-void checkedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-std::vector<std::string> checkedFallbackOperators();
+// Registers, for a set of operators, the CPU kernels' argument checks made on
+// the host, then the fallback.
+void registerCheckedFallbacks(torch::Library& m);
 
 }  // namespace openreg::kernels

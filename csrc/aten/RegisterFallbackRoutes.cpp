@@ -11,7 +11,7 @@
 //  - addr, native_group_norm, linalg__powsum: the composite kernels are math
 //    decompositions that round differently from the CPU kernels; openreg
 //    promises CPU-exact numbers. (native_layer_norm has a native kernel, Nn.cpp.)
-//    native_group_norm also has checks (checkedFallback, below).
+//    native_group_norm also has checks (registerCheckedFallbacks, below).
 //  - mode.values (out=): the composite kernel accepts only CPU, CUDA and XPU
 //    tensors.
 //  - conj_physical_: the composite kernel calls the CPU's DispatchStub
@@ -22,7 +22,7 @@
 //    undefined weights (None), the fallback an empty tensor.
 //  - index_put_, masked_fill_, put_, index_fill_, normal (a std tensor),
 //    linalg_cross, addbmm, native_group_norm, binary_cross_entropy,
-//    searchsorted (checkedFallback): their Meta kernels leave argument checks
+//    searchsorted (registerCheckedFallbacks): their Meta kernels leave argument checks
 //    to the CPU kernel, where they would fail the stream instead of raising
 //    at the call, as CUDA does.
 //  - mse_loss, smooth_l1_loss: the composite kernel calls the .out op with the
@@ -41,8 +41,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_amp_update_scale_", torch::CppFunction::makeFromBoxedFunction<&ampUpdateScaleFallback>());
   m.impl("_native_multi_head_attention",
          torch::CppFunction::makeFromBoxedFunction<&multiHeadAttentionFallback>());
-  for (const std::string& name : checkedFallbackOperators())
-    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&checkedFallback>());
+  registerCheckedFallbacks(m);
   for (const char* name : {"convolution_backward", "addr", "addr.out", "linalg__powsum",
                            "mode.values", "mse_loss", "smooth_l1_loss", "conj_physical_"})
     m.impl(name, route());

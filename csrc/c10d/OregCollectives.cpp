@@ -570,32 +570,27 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall_base(at::Tensor& output, at
   // inputs first; here a copy, queued on the caller's stream, plays that part.
   const at::Tensor source =
       at::get_overlap_status(input, output) == at::MemOverlapStatus::No ? input : input.clone();
-  if (topology().multiHost() && inputSplits.empty() && outputSplits.empty()) {
-    // Equal splits across hosts: every rank knows every block's size
-    // (compared on the wire), so blocks may travel through a host's first
-    // rank. (A rank passing explicit splits where the others pass none gets
-    // a mismatch error here, where NCCL accepts it.)
-    const size_t block = sendBytes[0];
-    return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base",
-                   c10::str(input.scalar_type(), " equal blocks of ", block, " bytes"), {source},
-                   {output}, callOf(opts),
-                   [input = forWorker(source), output = forWorker(output), block](Collective& c) {
-                     Staged in = stage(input, input.scalar_type(), true);
-                     Staged out = stage(output, output.scalar_type(), false);
-                     ccl::alltoallEqual(c, static_cast<const char*>(in.buf.data_ptr()),
-                                        static_cast<char*>(out.buf.data_ptr()), block);
-                     unstage(out);
-                   });
-  }
-  // Sizes legitimately differ per rank, so only the dtype is compared on the wire.
-  return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", c10::str(input.scalar_type()),
-                 {source}, {output}, callOf(opts),
+  // Equal splits across hosts: every rank knows every block's size (compared
+  // on the wire), so blocks may travel through a host's first rank. (A rank
+  // passing explicit splits where the others pass none gets a mismatch error
+  // there, where NCCL accepts it.) Otherwise sizes legitimately differ per
+  // rank, so only the dtype is compared on the wire.
+  const bool equal = topology().multiHost() && inputSplits.empty() && outputSplits.empty();
+  const std::string label = equal ? c10::str(input.scalar_type(), " equal blocks of ", sendBytes[0],
+                                             " bytes")
+                                  : c10::str(input.scalar_type());
+  return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", label, {source}, {output},
+                 callOf(opts),
                  [input = forWorker(source), output = forWorker(output), sendOff, sendBytes, recvOff,
-                  recvBytes](Collective& c) {
+                  recvBytes, equal](Collective& c) {
                    Staged in = stage(input, input.scalar_type(), true);
                    Staged out = stage(output, output.scalar_type(), false);
-                   ccl::alltoall(c, static_cast<const char*>(in.buf.data_ptr()), sendOff, sendBytes,
-                            static_cast<char*>(out.buf.data_ptr()), recvOff, recvBytes);
+                   const char* from = static_cast<const char*>(in.buf.data_ptr());
+                   char* to = static_cast<char*>(out.buf.data_ptr());
+                   if (equal)
+                     ccl::alltoallEqual(c, from, to, sendBytes[0]);
+                   else
+                     ccl::alltoall(c, from, sendOff, sendBytes, to, recvOff, recvBytes);
                    unstage(out);
                  });
 }
