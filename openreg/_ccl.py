@@ -25,6 +25,8 @@ def _create_backend(dist_backend_opts, pg_options):
         dist_backend_opts.group_rank,
         dist_backend_opts.group_size,
         timeout,
+        # Named in errors of a subgroup beside its own ranks.
+        list(dist_backend_opts.global_ranks_in_group),
     )
 
 

@@ -25,11 +25,13 @@ void initBindings(py::module_& m) {
 
   py::class_<OregBackend, c10d::Backend, c10::intrusive_ptr<OregBackend>>(m, "_OregCCLBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout) {
-             return c10::make_intrusive<OregBackend>(store, rank, size,
-                                                     c10::make_intrusive<Options>(timeout));
+                       std::chrono::milliseconds timeout, std::vector<uint64_t> globalRanks) {
+             auto options = c10::make_intrusive<Options>(timeout);
+             options->global_ranks_in_group = std::move(globalRanks);
+             return c10::make_intrusive<OregBackend>(store, rank, size, options);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::arg("global_ranks") = std::vector<uint64_t>{},
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("options", &OregBackend::options)
       // Introspection for tests: the group ranks of each host (host order of

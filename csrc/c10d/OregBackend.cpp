@@ -460,7 +460,7 @@ void OregBackend::workerLoop() {
         shuttingDown = shutDown_;
       }
       if (!shuttingDown) transport_->cancel(messageOf(e), /*propagate=*/true);
-      failAll(e);
+      failAll(withGlobalRanks(e));
     }
     std::lock_guard<std::mutex> g(mutex_);
     driving_ = false;
@@ -542,6 +542,7 @@ void OregBackend::runOp(Op& op) {
     auto e = asDistError(std::current_exception());
     // The peers of a failed collective would wait for us: fail them too.
     transport_->cancel(messageOf(e), /*propagate=*/true);
+    e = withGlobalRanks(e);  // for this process's user only: peers add their own
     failAll(e);  // quiesces the transport before any failed operation's tensors go back
     op.kept = op.work->complete(e);
   }
@@ -565,6 +566,24 @@ void OregBackend::sweepInFlight() {
   inflight_.erase(done, inflight_.end());
   hasInflight_.store(!inflight_.empty(), std::memory_order_release);
   releaseLater(std::move(finished));
+}
+
+// Errors name ranks of this group (as NCCL's do); in a subgroup (new_group,
+// a DeviceMesh dimension) the user thinks in global ranks, so say which is which.
+std::exception_ptr OregBackend::withGlobalRanks(std::exception_ptr e) const {
+  const auto& global = options_->global_ranks_in_group;
+  bool identity = true;
+  for (size_t i = 0; i < global.size(); ++i) identity = identity && global[i] == i;
+  if (identity) return e;
+  const std::string& desc = getGroupDesc();
+  std::string note = c10::str(" [process group ", getGroupUid(),
+                              desc.empty() || desc == "undefined" ? "" : " (" + desc + ")",
+                              ": its ranks 0-", global.size() - 1, " are global ranks ");
+  constexpr size_t kShown = 32;
+  for (size_t i = 0; i < std::min(global.size(), kShown); ++i)
+    note += (i ? ", " : "") + std::to_string(global[i]);
+  note += global.size() > kShown ? ", ...]" : "]";
+  return distError(messageOf(e) + note);
 }
 
 void OregBackend::failAll(std::exception_ptr error) {

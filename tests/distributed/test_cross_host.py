@@ -411,6 +411,38 @@ def test_killed_rank_across_hosts(tmp_path, victim, hosts):
           expect_exit={victim: -signal.SIGKILL})
 
 
+def killed_in_subgroups(rank, n, tmp):
+    # Global rank 3 dies; its subgroups' errors name it by subgroup rank (1), so
+    # they also say which global ranks the subgroup's ranks are.
+    across = dist.new_group([1, 3])  # hosts 0 and 1: ZeroMQ
+    within = dist.new_group([2, 3], group_desc="within_host_1")  # host 1: shared memory
+    mine = {1: across, 2: within, 3: within}.get(rank)
+    if mine is not None:
+        dist.all_reduce(torch.ones(2), group=mine)
+    if rank == 3:
+        dist.all_reduce(torch.ones(2), group=across)
+    open(os.path.join(tmp, f"rank{rank}-connected"), "w").close()
+    if rank == 3:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(
+                os.path.exists(os.path.join(tmp, f"rank{r}-connected")) for r in (1, 2)):
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 1:
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(2), group=across),
+                          "rank 1 (tcp://", "its ranks 0-1 are global ranks 1, 3]")
+    if rank == 2:
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(2), group=within),
+                          "rank 1 (pid", "(within_host_1): its ranks 0-1 are global ranks 2, 3]")
+    stay_until_all_raised(tmp, rank, [1, 2])
+    os._exit(0)  # skip destroy: the groups are broken
+
+
+def test_subgroup_errors_name_global_ranks(tmp_path):
+    spawn(killed_in_subgroups, 4, tmp_path, str(tmp_path), host_of=(0, 0, 1, 1),
+          expect_exit={3: -signal.SIGKILL})
+
+
 def mismatch_named_by_group_rank(rank, n, tmp):
     # Rank 3 (the second rank of host 1) passes one element more: every rank's
     # error names group ranks, not indices within a host.
