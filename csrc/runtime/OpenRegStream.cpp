@@ -13,6 +13,11 @@ namespace openreg {
 namespace {
 
 constexpr int kMaxDevices = 64;
+// As CUDA's pools (kStreamsPerPool): a program that takes N < 32 streams gets N
+// different ones, so work it thinks independent is never serialised behind
+// itself (which would also hide a missing synchronisation from the race
+// checker). A driver stream and its worker thread exist only once used.
+constexpr int kStreamPoolSize = 32;
 constexpr int kPooledStreams = 1 + 2 * kStreamPoolSize;
 constexpr int kStreamsPerDevice = kPooledStreams + kMaxDedicatedStreams;
 

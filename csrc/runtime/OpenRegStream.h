@@ -3,9 +3,9 @@
 // device, pools of low- and high-priority streams handed out round-robin, and
 // a per-thread current stream per device.
 //
-// StreamId layout: 0 = default stream, 1..kStreamPoolSize = priority 0 pool,
-// kStreamPoolSize+1..2*kStreamPoolSize = high-priority pool (any priority < 0),
-// then streams handed out one each by createDedicatedStream.
+// StreamId layout: 0 = default stream, 1..32 = priority 0 pool, 33..64 =
+// high-priority pool (any priority < 0), then streams handed out one each by
+// createDedicatedStream.
 #pragma once
 
 #include <c10/core/Stream.h>
@@ -18,7 +18,6 @@
 
 namespace openreg {
 
-constexpr int kStreamPoolSize = 4;
 constexpr int kMaxDedicatedStreams = 256;  // per device, per process
 
 c10::Stream getDefaultStream(c10::DeviceIndex device);

@@ -147,6 +147,22 @@ def test_stream_priority_and_generic_torch_stream():
     assert generic.query()
 
 
+def test_stream_pools_hand_out_32_streams_per_priority_round_robin():
+    # torch.cuda's pools: 32 streams per priority, then the first again.
+    for priority in (0, -1):
+        streams = [torch.openreg.Stream(device="openreg:2", priority=priority) for _ in range(33)]
+        ids = [s.stream_id for s in streams]
+        assert len(set(ids[:32])) == 32, ids
+        assert ids[32] == ids[0]
+        assert all(s.priority == priority for s in streams)
+    # Distinct pool streams really are independent queues.
+    a, b = streams[3], streams[4]
+    with torch.openreg.stream(a):
+        torch.openreg._sleep(300)
+    assert b.query() and not a.query()
+    a.synchronize()
+
+
 def test_current_and_default_stream():
     s = torch.openreg.Stream()
     assert torch.openreg.current_stream() == torch.openreg.default_stream()
