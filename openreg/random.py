@@ -47,11 +47,6 @@ def _generator(device, initialise: bool = True) -> torch.Generator:
     return default_generators[index]
 
 
-def _is_in_bad_fork() -> bool:
-    """torch.manual_seed seeds this device only if it can ask this (CUDA's API)."""
-    return _C._is_forked_child()
-
-
 def manual_seed(seed: int) -> None:
     _generator(None, initialise=False).manual_seed(int(seed))
 

@@ -1,5 +1,8 @@
 // PyTorch hook: the backend fallback of the NestedTensorPrivateUse1 dispatch
-// key, so nested tensors (torch.nested, layout=torch.strided) work on openreg.
+// key, so nested tensors (torch.nested, layout=torch.strided) work on openreg;
+// the same kernel registered for each op that has a NestedTensorCPU kernel
+// (g_register_nested_kernels, below), and the PrivateUse1 kernels that make
+// a nested tensor over a device buffer (_nested_view_from_buffer, ...).
 //
 // A nested tensor on openreg is NestedTensorImpl over a device buffer, as on
 // CUDA. ATen's nested kernels exist for NestedTensorCPU and NestedTensorCUDA

@@ -1,9 +1,11 @@
 // PyTorch hook: operator registration for the PrivateUse1 dispatch key.
 // Only TORCH_LIBRARY_IMPL blocks live here; kernels are in the family files
 // declared in Kernels.h. Registered elsewhere, beside what they need:
-// native_dropout (Dropout.cpp), ops routed to the fallback over a composite
-// kernel (RegisterFallbackRoutes.cpp), AutocastPrivateUse1 (Autocast.cpp),
-// the SDPA choice stub (Attention.cpp), fused RNN cells (openreg/rnn.py).
+// native_dropout (Dropout.cpp), the SyncBatchNorm ops (SyncBatchNorm.cpp),
+// nested buffer views and the NestedTensorPrivateUse1 kernels and fallback
+// (NestedFallback.cpp), ops routed to the fallback over a composite kernel
+// (RegisterFallbackRoutes.cpp), AutocastPrivateUse1 (Autocast.cpp), the SDPA
+// choice stub (Attention.cpp), fused RNN cells (openreg/rnn.py).
 // Everything else goes to the boxed fallback.
 // Tests: tests/ops/.
 #include <ATen/ops/_reshape_alias_native.h>

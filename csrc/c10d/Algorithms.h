@@ -52,14 +52,14 @@
 //      rank elsewhere) and cross the network as one message per host instead
 //      of one per rank; larger blocks go direct (one sender per rank keeps
 //      several network streams busy, and the bundle would cost a copy).
-//  The other collectives use the direct algorithms above on the routed
-//  transport (each message takes shared memory or the network by destination).
 //  alltoall with equal blocks up to 4 KiB: blocks within a
 //      host go direct; those for other hosts meet at the host's first rank
 //      and cross as one message per pair of hosts (H (H-1) network messages
 //      instead of n (n - L)); the far host's first rank hands them out. The
 //      bytes crossing are the same either way, so larger blocks, and uneven
 //      splits (whose sizes only the two ends know), go direct.
+//  The other collectives use the direct algorithms above on the routed
+//  transport (each message takes shared memory or the network by destination).
 #pragma once
 
 #include <c10/core/ScalarType.h>

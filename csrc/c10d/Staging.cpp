@@ -188,8 +188,8 @@ void preReduce(const ReduceSpec& spec, at::Tensor& buf) {
 }
 
 namespace {
-// ATen has no division kernels for the barebones unsigned types.
 constexpr int64_t kGrain = 32768;  // at::internal::GRAIN_SIZE, without TensorIterator.h
+// ATen has no division kernels for the barebones unsigned types.
 template <typename T>
 void divideInPlace(at::Tensor& buf, int divisor) {
   T* p = buf.data_ptr<T>();

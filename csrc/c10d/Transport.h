@@ -100,7 +100,7 @@ class Transport {
   virtual int groupRank(int index) const { return index; }
 
   // Queue `bytes` of `data` for `dst`; returns at once. `what` describes the
-  // operation (e.g. "allreduce#3 float32[1024] SUM") and travels with the
+  // operation (e.g. "allreduce#3 1024 x Float SUM") and travels with the
   // message so a receiver can name both sides of a mismatch.
   virtual RequestPtr isend(Channel channel, int dst, uint64_t tag, const std::string& what,
                            const void* data, size_t bytes) = 0;

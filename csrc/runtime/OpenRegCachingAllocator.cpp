@@ -47,7 +47,6 @@ constexpr size_t kMinLargeAlloc = 10 << 20;
 constexpr size_t kLargeSegment = 20 << 20;
 constexpr size_t kLargeRounding = 2 << 20;
 constexpr size_t kMaxRequest = size_t(1) << 62;
-constexpr int kMaxDevices = 64;
 
 // roundup_power2_divisions: N equal steps between two powers of two (1200 B
 // in 4 steps between 1024 and 2048 -> 1280), so fewer distinct sizes reuse better.
@@ -687,9 +686,9 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
   static OpenRegCachingAllocatorImpl& instance();
 
  private:
-  std::array<std::once_flag, kMaxDevices> once_;
-  std::array<std::unique_ptr<DeviceCache>, kMaxDevices> caches_;
-  std::array<std::atomic<bool>, kMaxDevices> allocated_{};  // a tensor was allocated there
+  std::array<std::once_flag, orMaxDevices> once_;
+  std::array<std::unique_ptr<DeviceCache>, orMaxDevices> caches_;
+  std::array<std::atomic<bool>, orMaxDevices> allocated_{};  // a tensor was allocated there
 };
 
 OpenRegCachingAllocatorImpl& OpenRegCachingAllocatorImpl::instance() {
@@ -707,7 +706,7 @@ struct Registrar {
 c10::DeviceAllocator* getCachingAllocator() { return &OpenRegCachingAllocatorImpl::instance(); }
 
 bool deviceHasAllocated(c10::DeviceIndex device) {
-  return device >= 0 && device < kMaxDevices && OpenRegCachingAllocatorImpl::instance().hasAllocated(device);
+  return device >= 0 && device < orMaxDevices && OpenRegCachingAllocatorImpl::instance().hasAllocated(device);
 }
 
 void* rawAlloc(size_t bytes, c10::Stream stream) {

@@ -6,8 +6,10 @@
 // immediately reusable by work on the stream that allocated it (stream order
 // keeps that safe); if the block was used on other streams (record_stream),
 // it is only reused once events recorded on those streams have completed.
-// Memory is returned to the driver only by empty_cache() or on an
-// allocation failure (retry), after synchronising the device.
+// Memory is returned to the driver only by empty_cache(), on an allocation
+// failure (retry), after synchronising the device, or, with a memory fraction
+// and PYTORCH_ALLOC_CONF's garbage_collection_threshold, oldest cached
+// segments first before a new segment is taken.
 //
 // Segments and blocks as CUDA's: requests round up to 512 B and are carved
 // from driver segments (2 MiB for requests up to 1 MiB, 20 MiB up to 10 MiB,
@@ -29,7 +31,6 @@
 
 namespace openreg {
 
-class OpenRegCachingAllocator;
 // The process-wide allocator instance (also reachable via c10::GetAllocator).
 c10::DeviceAllocator* getCachingAllocator();
 

@@ -1,4 +1,4 @@
-#include "OpenRegFunctions.h"  // PyTorch hook: current device (cudaSetDevice); contract in the header
+#include "OpenRegFunctions.h"  // current device (cudaSetDevice) for the hooks; contract in the header
 
 #include <c10/util/Exception.h>
 

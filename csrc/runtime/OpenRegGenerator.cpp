@@ -9,6 +9,7 @@
 #include <c10/core/GeneratorImpl.h>
 
 #include "OpenRegFunctions.h"
+#include "driver/Driver.h"
 
 namespace openreg {
 namespace {
@@ -110,9 +111,8 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
   uint64_t offset_ = 0;
 };
 
-constexpr int kMaxDevices = 64;
-std::array<std::once_flag, kMaxDevices> g_once;
-std::array<at::Generator, kMaxDevices> g_defaults;
+std::array<std::once_flag, orMaxDevices> g_once;
+std::array<at::Generator, orMaxDevices> g_defaults;
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 // Tests: tests/runtime/test_streams.py, tests/runtime/test_device.py.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "OpenRegCachingAllocator.h"
 #include "OpenRegException.h"
 #include "OpenRegFunctions.h"
 #include "OpenRegStream.h"
@@ -128,20 +129,11 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     orStream stream = orEventStream(static_cast<orEvent>(event));
     checkKernelError(e, "the stream of an event", stream ? orStreamLastException(stream) : nullptr);
   }
-  void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& s) const override;
+  void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& s) const override {
+    getCachingAllocator()->recordStream(data_ptr, s);
+  }
 };
 
-}  // namespace
-}  // namespace openreg
-
-#include "OpenRegCachingAllocator.h"
-
-namespace openreg {
-namespace {
-void OpenRegGuardImpl::recordDataPtrOnStream(const c10::DataPtr& data_ptr,
-                                             const c10::Stream& s) const {
-  getCachingAllocator()->recordStream(data_ptr, s);
-}
 }  // namespace
 
 C10_REGISTER_GUARD_IMPL(PrivateUse1, OpenRegGuardImpl);

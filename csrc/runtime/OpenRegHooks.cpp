@@ -20,7 +20,9 @@ namespace {
 
 struct OpenRegHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return device_count() > 0; }
+  // As torch.openreg.is_available(): a bad OPENREG_DEVICE_MEMORY makes every
+  // device unusable, whatever the count.
+  bool isAvailable() const override { return orConfigError().empty() && device_count() > 0; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return orIsInitialized(); }
   void init() const override {}
 

@@ -12,7 +12,6 @@
 namespace openreg {
 namespace {
 
-constexpr int kMaxDevices = 64;
 // As CUDA's pools (kStreamsPerPool): a program that takes N < 32 streams gets N
 // different ones, so work it thinks independent is never serialised behind
 // itself (which would also hide a missing synchronisation from the race
@@ -35,9 +34,9 @@ struct DeviceStreams {
   std::array<c10::StreamId, kMaxDedicatedStreams> free_ids{};  // GUARDED_BY(dedicated_mutex)
 };
 
-std::array<DeviceStreams, kMaxDevices> g_devices;
+std::array<DeviceStreams, orMaxDevices> g_devices;
 // Per thread, per device: the StreamId of the current stream (0 = default).
-thread_local std::array<c10::StreamId, kMaxDevices> t_current{};
+thread_local std::array<c10::StreamId, orMaxDevices> t_current{};
 
 int priorityOfId(c10::StreamId id) {
   return id > kStreamPoolSize && id < kPooledStreams ? -1 : 0;
@@ -113,7 +112,7 @@ orStream rawStream(const c10::Stream& stream) {
   orError error = orSuccess;
   std::call_once(d.created[id], [&] {
     orStream created = nullptr;
-    error = orStreamCreate(device, priorityOfId(stream.id()), &created);
+    error = orStreamCreate(device, &created);
     if (created) orSanitizerSetLabel(created, c10::str(stream));
     d.streams[id].store(created, std::memory_order_release);
   });

@@ -211,6 +211,17 @@ def test_timeouts(tmp_path):
     spawn(timeouts, 2, tmp_path)
 
 
+def bad_setting(rank, n, tmp, name):
+    with pytest.raises(ValueError, match=f"{name} must be a non-negative integer, got 'x1'"):
+        dist.init_process_group("oreg_ccl", init_method=f"file://{tmp}/store", rank=rank,
+                                world_size=n, timeout=datetime.timedelta(seconds=30))
+
+
+@pytest.mark.parametrize("name", ["OREG_CCL_RING_BYTES", "OREG_CCL_SPIN_US"])
+def test_malformed_setting_is_a_value_error_naming_it(tmp_path, name):
+    spawn(bad_setting, 2, tmp_path, str(tmp_path), name, init=False, env={name: "x1"})
+
+
 def killed(rank, n):
     t = torch.ones(2)
     dist.all_reduce(t)

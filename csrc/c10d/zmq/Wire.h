@@ -1,6 +1,6 @@
 // The wire format of oreg_ccl's ZeroMQ transport.
 //
-// Every message is two ZeroMQ frames: a fixed 160-byte WireHeader, then the
+// Every message is two ZeroMQ frames: a fixed 160-byte wire::Header, then the
 // payload (one chunk of a logical message; large messages travel as several
 // chunks so the receiver reduces one while the next is on the wire).
 // A receiver accepts a message only if all of this holds:

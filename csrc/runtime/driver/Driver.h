@@ -42,6 +42,8 @@ enum orError {
 const char* orGetErrorString(orError error);
 
 // ---- devices ---------------------------------------------------------------
+// The most OPENREG_DEVICE_COUNT may say; per-device tables are sized by it.
+constexpr int orMaxDevices = 64;
 int orDeviceCount();                 // OPENREG_DEVICE_COUNT, default 8 (0 if invalid)
 size_t orDeviceTotalMemory();        // OPENREG_DEVICE_MEMORY in whole 4 KiB pages, default 16 GiB
 // What is wrong with OPENREG_DEVICE_COUNT / OPENREG_DEVICE_MEMORY ("" if
@@ -109,9 +111,7 @@ struct orAccess {
 };
 
 // Streams are created once and live as long as the process (like CUDA's pools).
-orError orStreamCreate(int device, int priority, orStream* stream);
-int orStreamDevice(orStream stream);
-int orStreamPriority(orStream stream);
+orError orStreamCreate(int device, orStream* stream);
 // Queue `kernel` on `stream`; returns before it runs.
 orError orLaunchKernel(orStream stream, std::function<void()> kernel,
                        std::vector<orAccess> accesses = {});

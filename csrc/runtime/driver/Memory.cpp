@@ -49,8 +49,7 @@ struct DeviceArena {
   std::atomic<size_t> used{0};
 };
 
-constexpr int kMaxDevices = 64;
-std::array<DeviceArena, kMaxDevices> g_arenas;
+std::array<DeviceArena, orMaxDevices> g_arenas;
 
 // Maps `span` bytes of a new memfd twice; false (nothing left behind) if it
 // cannot.

@@ -30,7 +30,6 @@ struct orStream_st {
   static constexpr uint64_t kNoWaiter = UINT64_MAX;
 
   int device = 0;
-  int priority = 0;
   int lane = -1;  // the race checker's
 
   std::mutex mutex;
@@ -118,14 +117,13 @@ void orStream_st::waitFor(uint64_t seq) {
   }
 }
 
-orError orStreamCreate(int device, int priority, orStream* stream) {
+orError orStreamCreate(int device, orStream* stream) {
   OR_RETURN_IF_FORKED();
   if (device < 0 || device >= orDeviceCount()) return orErrorInvalidDevice;
   if (!stream) return orErrorInvalidValue;
   detail::markInitialized();
   auto* s = new orStream_st();  // streams live for the process, like CUDA's pools
   s->device = device;
-  s->priority = priority;
   s->lane = detail::sanitizerNewStreamLane("a stream of openreg:" + std::to_string(device));
   s->worker = std::thread([s] {
     // Named like PyTorch's pt_autograd_N threads, so profilers and debuggers
@@ -169,8 +167,6 @@ std::exception_ptr orDeviceLastException(int device) {
   return nullptr;
 }
 
-int orStreamDevice(orStream stream) { return stream->device; }
-int orStreamPriority(orStream stream) { return stream->priority; }
 
 namespace detail {
 int streamLane(orStream stream) { return stream->lane; }
