@@ -13,13 +13,35 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import time
 from contextlib import nullcontext
 
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
+
+def die_with_parent():
+    """Under a launcher (RANK set), have Linux SIGKILL this rank when its parent exits:
+    torchrun starts each rank in a session of its own, so a SIGKILLed torchrun (or
+    openreg-run, or its process group) would otherwise leave the ranks training."""
+    if "RANK" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return  # not allowed here (a seccomp filter): run as before
+    # A parent that exited before prctl() took effect sends no signal: we were reparented.
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+if __name__ == "__main__":
+    die_with_parent()  # before `import torch` (a second or more): the launcher may die meanwhile
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models.gpt import GPT, GPTConfig  # noqa: E402

@@ -96,6 +96,18 @@ def _wait(processes, timeout: float) -> None:
             pass
 
 
+def _stop_with(parent: int):
+    """A Popen preexec_fn: the agent gets SIGTERM (and stops its ranks, as torchrun does on
+    SIGTERM) when `parent` exits, SIGKILLed included: nothing else would stop it then."""
+    def preexec():
+        import ctypes
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # it exited before prctl() took effect
+            os._exit(128 + signal.SIGTERM)
+    return preexec if sys.platform.startswith("linux") else None
+
+
 def _run_nodes(nodes: int, devices: int, train_args) -> int:
     """One torchrun agent per simulated host; the first failure stops them all."""
     port = free_port()
@@ -105,7 +117,7 @@ def _run_nodes(nodes: int, devices: int, train_args) -> int:
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
                f"--node-rank={node}", f"--nproc-per-node={devices}", "--master-addr=127.0.0.1",
                f"--master-port={port}", _train_script(), *train_args]
-        agents.append(subprocess.Popen(cmd, env=env))
+        agents.append(subprocess.Popen(cmd, env=env, preexec_fn=_stop_with(os.getpid())))
     failed = 0
 
     # SIGTERM / SIGHUP (a scheduler, a closed terminal) stop the agents too:

@@ -244,3 +244,72 @@ def test_tensor_parallel_strategy_runs_without_torchrun(cpu_reference, tmp_path)
     assert summary["world_size"] == 1
     for got, want in zip(summary["losses"], cpu_reference["losses"]):
         assert got == pytest.approx(want, rel=2e-4, abs=2e-4)
+
+
+# Options for the process tests below: the smallest model the job takes, a step logged
+# every step, and steps enough to outlast any test.
+TINY = ["--n-layer", "1", "--n-embd", "16", "--n-head", "1", "--seq-len", "8",
+        "--global-batch", "2", "--log-every", "1", "--no-plot"]
+
+
+def job_processes(marker, but=()):
+    """Pids of the processes whose command line holds `marker` (a test's own path)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read() and int(pid) not in but:
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+def start_training(marker, *launcher_args):
+    """openreg-run in a session of its own (its process group is the test's to kill), until
+    its ranks train; returns the Popen."""
+    import subprocess
+    cmd = [sys.executable, "-m", "openreg.launcher", *launcher_args, "--steps", "1000000000",
+           *TINY, "--out-dir", marker]
+    launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+    for line in launcher.stdout:
+        if line.startswith("step"):
+            return launcher
+    code = launcher.wait()
+    for pid in job_processes(marker):
+        os.kill(pid, 9)
+    raise AssertionError(f"the job never trained (exit code {code})")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("nodes,target", [(1, "launcher"), (2, "launcher"), (2, "group")])
+def test_sigkilled_launcher_takes_its_ranks_along(tmp_path, nodes, target):
+    # torchrun starts each rank in a session of its own: nothing but the ranks' death
+    # signal ends them once the launcher (or a whole process group: Ctrl-\, kill -9 -PGID)
+    # is SIGKILLed, and an agent orphaned by the launcher's death must end too.
+    import glob
+    import signal
+    import time
+    marker = str(tmp_path / "sigkill-run")
+    launcher = start_training(marker, "--nodes", str(nodes), "--devices", str(3 - nodes))
+    try:
+        job = job_processes(marker, but=(launcher.pid,))
+        assert len(job) >= 2, job  # the ranks, and with --nodes 2 the agents
+        if target == "group":
+            os.killpg(launcher.pid, signal.SIGKILL)
+        else:
+            launcher.kill()
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 10  # 0-1.5 s here: an orphaned agent stops its ranks
+        while job_processes(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert job_processes(marker) == [], "agents or ranks outlived a SIGKILLed launcher"
+        leftovers = [p for pid in job for p in glob.glob(f"/dev/shm/oreg_ccl_*_{pid}_*")]
+        assert leftovers == []
+    finally:
+        for pid in job_processes(marker):
+            os.kill(pid, signal.SIGKILL)
+        if launcher.poll() is None:
+            launcher.kill()
+        launcher.stdout.close()
