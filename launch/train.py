@@ -282,26 +282,56 @@ def save_checkpoint(root, model, opt, step, config):
 
 
 def read_latest(root):
-    """What LATEST says ({"step", "dir"}), or None without a checkpoint."""
+    """What LATEST says ({"step": int, "dir": a directory in root, ...}), or None without a
+    checkpoint."""
     path = os.path.join(root, LATEST) if root else None
     if not path or not os.path.exists(path):
         return None
     try:
         with open(path) as f:
             latest = json.load(f)
-        step, where = int(latest["step"]), os.path.join(root, latest["dir"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise SystemExit(f"train.py: {path} is not a checkpoint pointer ({e!r}); "
+        step, name = int(latest["step"]), latest["dir"]
+        if not isinstance(name, str) or os.path.basename(name) != name or name in ("", ".", ".."):
+            raise ValueError(f"'dir' must name a directory in {root}, got {name!r}")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"train.py: {path} is not a checkpoint pointer ({e}); "
                          "remove it to start from scratch") from e
+    where = os.path.join(root, name)
     if not os.path.isdir(where):
         raise SystemExit(f"train.py: {path} names step {step} in {where}, which does not exist")
-    return latest
+    return dict(latest, step=step)
+
+
+def checkpoint_files_error(where):
+    """What is wrong with the DCP checkpoint directory `where`, or None: its .metadata must load
+    and every file it names must hold the bytes it says. Checked before loading, so a save cut
+    short fails in one line naming the file, not in a traceback from every rank."""
+    from torch.distributed.checkpoint import FileSystemReader
+    metadata_path = os.path.join(where, ".metadata")
+    if not os.path.exists(metadata_path):
+        return f"{metadata_path} is missing: the save did not finish"
+    try:
+        metadata = FileSystemReader(where).read_metadata()
+    except Exception as e:  # any unpickling error: a truncated or foreign file
+        return f"{metadata_path} cannot be read ({type(e).__name__}: {e})"
+    needed = {}
+    for info in (metadata.storage_data or {}).values():
+        end = info.offset + info.length
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for name, end in sorted(needed.items()):
+        path = os.path.join(where, name)
+        if not os.path.exists(path):
+            return f"{path} is missing (named by {metadata_path})"
+        size = os.path.getsize(path)
+        if size < end:
+            return f"{path} is truncated: {size} bytes, its metadata needs {end}"
+    return None
 
 
 def checkpoint_error(args):
     """Why args' --checkpoint-dir cannot be used as asked, or None: a checkpoint there
-    without --resume (a new run would delete it), or one of another model (DCP loads only
-    the keys the model asks for: fewer layers would load silently)."""
+    without --resume (a new run would delete it), one of another model (DCP loads only
+    the keys the model asks for: fewer layers would load silently), or a damaged one."""
     latest = read_latest(args.checkpoint_dir)
     if not latest:
         return None
@@ -309,20 +339,33 @@ def checkpoint_error(args):
         return (f"{args.checkpoint_dir} holds a checkpoint (step {latest['step']}): pass --resume "
                 "to continue it, or another --checkpoint-dir (a new run would delete it)")
     saved, config = latest.get("model"), model_config(args)
-    if saved is None or saved == config:
-        return None
-    differ = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} (checkpoint) vs {v} (this run)"
-                       for k, v in config.items() if saved.get(k) != v)
-    return f"cannot resume from {args.checkpoint_dir}, whose model differs: {differ}"
+    if saved is not None and saved != config:
+        differ = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} (checkpoint) vs {v} (this run)"
+                           for k, v in config.items() if saved.get(k) != v)
+        return f"cannot resume from {args.checkpoint_dir}, whose model differs: {differ}"
+    damage = checkpoint_files_error(os.path.join(args.checkpoint_dir, latest["dir"]))
+    if damage:
+        return f"cannot resume from {args.checkpoint_dir}: {damage}"
+    return None
 
 
 def load_checkpoint(root, model, opt, lr) -> int:
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     latest = read_latest(root)
     msd, osd = get_state_dict(model, opt)
     state = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=os.path.join(root, latest["dir"]))
+    where = os.path.join(root, latest["dir"])
+    try:
+        dcp.load(state, checkpoint_id=where)
+    except CheckpointException as e:
+        # checkpoint_error() found every file whole: their contents are damaged. DCP's
+        # message holds every rank's traceback; one line of the first failure says enough.
+        rank, (exc, _) = min(e.failures.items())
+        reason = str(exc).strip().split("\n")[0].split(". ")[0]
+        raise SystemExit(f"train.py: cannot load the checkpoint in {where} "
+                         f"(rank {rank}: {type(exc).__name__}: {reason})") from None
     # How this run steps its optimizer (fused, or foreach off under tp) is its own, not the
     # saved run's: another strategy's flags would make AdamW mix DTensors and tensors.
     impl = [{k: g[k] for k in ("fused", "foreach") if k in g} for g in opt.param_groups]

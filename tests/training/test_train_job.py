@@ -313,3 +313,57 @@ def test_sigkilled_launcher_takes_its_ranks_along(tmp_path, nodes, target):
         if launcher.poll() is None:
             launcher.kill()
         launcher.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """A single-process run's checkpoint of the TINY model after 2 steps."""
+    root = tmp_path_factory.mktemp("tiny")
+    r = run([sys.executable, TRAIN, *TINY, "--steps", "2", "--checkpoint-every", "2",
+             "--checkpoint-dir", str(root / "ckpt"), "--out-dir", str(root / "out")],
+            timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return root / "ckpt"
+
+
+def damage(ckpt, how):
+    """Damages --checkpoint-dir `ckpt` as a save cut short (or a bad disk, or a hand edit)
+    would; returns the file a clear error must name."""
+    if how == "pointer to the root":
+        (ckpt / "latest.json").write_text('{"step": 2, "dir": "."}')
+        return ckpt / "latest.json"
+    step_dir = ckpt / "step_00000002"
+    shard = next(step_dir.glob("*.distcp"))
+    if how == "truncated shard":
+        os.truncate(shard, 100)
+        return shard
+    if how == "missing metadata":
+        os.remove(step_dir / ".metadata")
+        return step_dir / ".metadata"
+    if how == "truncated metadata":
+        os.truncate(step_dir / ".metadata", 1000)
+        return step_dir / ".metadata"
+    assert how == "zeroed shard"  # whole, but unreadable: found only when loading
+    shard.write_bytes(bytes(shard.stat().st_size))
+    return step_dir
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how,launcher", [
+    ("truncated shard", True), ("missing metadata", True), ("truncated metadata", True),
+    ("pointer to the root", True), ("truncated shard", False), ("zeroed shard", False)])
+def test_damaged_checkpoint_fails_in_one_line_naming_the_file(tiny_checkpoint, tmp_path, how,
+                                                              launcher):
+    import shutil
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    culprit = damage(ckpt, how)
+    cmd = [sys.executable, "-m", "openreg.launcher", "--devices", "1"] if launcher else \
+        [sys.executable, TRAIN]
+    r = run(cmd + [*TINY, "--steps", "4", "--checkpoint-dir", str(ckpt), "--resume",
+                   "--out-dir", str(tmp_path / "out")],
+            timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == (2 if launcher else 1), r.stderr[-3000:]
+    errors = [line for line in r.stderr.splitlines() if "Warning" not in line
+              and not line.startswith(("  return", "usage:"))]
+    assert len(errors) == 1 and str(culprit) in errors[0], r.stderr[-3000:]
