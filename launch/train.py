@@ -15,6 +15,7 @@ import math
 import os
 import signal
 import sys
+import tempfile
 import time
 from contextlib import nullcontext
 
@@ -95,7 +96,28 @@ def parse_args(argv=None):
                 f"use one of {', '.join(backends)}")
     if (args.resume or args.checkpoint_every) and not args.checkpoint_dir:
         p.error("--resume and --checkpoint-every need --checkpoint-dir")
+    # Found here, not by the summary at the end of the run or by the first save.
+    for option, path in (("--out-dir", args.out_dir), ("--checkpoint-dir", args.checkpoint_dir)):
+        reason = path is not None and unwritable(path)
+        if reason:
+            p.error(f"{option} {path}: {reason}")
     return args
+
+
+def unwritable(path):
+    """Why files cannot be written in directory `path` (which the job makes if missing), or None.
+    Probed with a temporary file in it or its nearest existing ancestor: os.access() says yes to
+    root even on a read-only mount."""
+    existing = os.path.abspath(path)
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing} is not a directory"
+    try:
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as e:
+        return f"cannot write in {existing} ({e.strerror})"
+    return None
 
 
 def pin_to_core():

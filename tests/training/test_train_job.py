@@ -367,3 +367,30 @@ def test_damaged_checkpoint_fails_in_one_line_naming_the_file(tiny_checkpoint, t
     errors = [line for line in r.stderr.splitlines() if "Warning" not in line
               and not line.startswith(("  return", "usage:"))]
     assert len(errors) == 1 and str(culprit) in errors[0], r.stderr[-3000:]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("option", ["--out-dir", "--checkpoint-dir"])
+@pytest.mark.parametrize("where", ["under a file", "read-only"])
+@pytest.mark.parametrize("launcher", [True, False])
+def test_unwritable_output_directory_fails_before_training(tmp_path, option, where, launcher):
+    if where == "read-only":
+        if os.geteuid() == 0:
+            pytest.skip("root writes in a read-only (0500) directory")
+        blocked = tmp_path / "ro"
+        blocked.mkdir(mode=0o500)
+        reason = f"cannot write in {blocked} (Permission denied)"
+    else:
+        blocked = tmp_path / "file"
+        blocked.write_text("")
+        reason = f"{blocked} is not a directory"
+    target = str(blocked / "sub" / "dir")
+    paths = {"--out-dir": str(tmp_path / "out"), "--checkpoint-dir": str(tmp_path / "ckpt"),
+             option: target}
+    cmd = [sys.executable, "-m", "openreg.launcher", "--devices", "1"] if launcher else \
+        [sys.executable, TRAIN]
+    r = run(cmd + [*TINY, "--steps", "2", *(a for kv in paths.items() for a in kv)],
+            timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-3000:]
+    assert r.stderr.count(f"error: {option} {target}: {reason}") == 1, r.stderr[-3000:]
+    assert "step" not in r.stdout, r.stdout[-2000:]
