@@ -62,7 +62,8 @@ def parse_args(argv=None):
     p.add_argument("--n-embd", type=int, default=128)
     p.add_argument("--n-head", type=int, default=4)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--clip-grad", type=float, default=1.0)
+    p.add_argument("--clip-grad", type=float, default=1.0,
+                   help="clip the gradients' total norm to this (0: no clipping)")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (FSDP2: MixedPrecisionPolicy)")
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--device-type", default="openreg", choices=("openreg", "cpu"))
@@ -86,6 +87,8 @@ def parse_args(argv=None):
         p.error("--checkpoint-every must be 0 (never) or more")
     if not args.lr >= 0:
         p.error(f"--lr must be 0 or more, got {args.lr}")
+    if not args.clip_grad >= 0:  # nan too: it compares false, so it would turn clipping off
+        p.error(f"--clip-grad must be 0 (no clipping) or more, got {args.clip_grad}")
     corpus_bytes = os.path.getsize(CORPUS)
     if args.seq_len > corpus_bytes - 2:
         p.error(f"--seq-len ({args.seq_len}) must be at most {corpus_bytes - 2} "

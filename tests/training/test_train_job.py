@@ -123,6 +123,8 @@ def test_launcher_help_lists_training_options_and_rejects_typos():
     (["--seq-len", "40000"], "--seq-len (40000) must be at most"),
     (["--backend", "gloo"], "--backend 'gloo' cannot move openreg tensors"),
     (["--lr", "-1"], "--lr must be 0 or more"),
+    (["--clip-grad", "nan"], "--clip-grad must be 0 (no clipping) or more, got nan"),
+    (["--clip-grad", "-0.5"], "--clip-grad must be 0 (no clipping) or more, got -0.5"),
 ])
 def test_launcher_rejects_layouts_the_job_cannot_run(args, message):
     import subprocess
