@@ -68,8 +68,11 @@ def parse_args(argv=None):
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--device-type", default="openreg", choices=("openreg", "cpu"))
     p.add_argument("--backend", default=None, help="default: oreg_ccl on openreg, gloo on cpu")
-    p.add_argument("--checkpoint-dir", default=None)
-    p.add_argument("--checkpoint-every", type=int, default=0)
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="save DCP checkpoints here: at the end of the run, and every "
+                        "--checkpoint-every steps")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="steps between checkpoints (default 0: at the end of the run only)")
     p.add_argument("--resume", action="store_true", help="resume from --checkpoint-dir if present")
     p.add_argument("--out-dir", default="runs/latest", help="where the plot and summary go")
     p.add_argument("--log-every", type=int, default=50)
@@ -516,9 +519,10 @@ def main(argv=None):
             print(f"step {step:4d}  loss {value:.4f}  tokens/s {tokens / elapsed:8.0f}  "
                   f"peak mem {device_peak_memory(device) / 2**20:7.1f} MiB  "
                   f"collectives {collective_seconds() - comm0:6.2f}s", flush=True)
-        # Every --checkpoint-every steps, and at the end: a finished run resumes as finished.
-        if args.checkpoint_dir and args.checkpoint_every and \
-                ((step + 1) % args.checkpoint_every == 0 or step + 1 == args.steps):
+        # Every --checkpoint-every steps, and at the end: a finished run resumes as finished
+        # (and a --checkpoint-dir alone is not a silent no-op).
+        if args.checkpoint_dir and (step + 1 == args.steps or
+                                    args.checkpoint_every and (step + 1) % args.checkpoint_every == 0):
             save_checkpoint(args.checkpoint_dir, model, opt, step + 1, model_config(args))
 
     t_end = time.perf_counter()

@@ -396,3 +396,14 @@ def test_unwritable_output_directory_fails_before_training(tmp_path, option, whe
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-3000:]
     assert r.stderr.count(f"error: {option} {target}: {reason}") == 1, r.stderr[-3000:]
     assert "step" not in r.stdout, r.stdout[-2000:]
+
+
+@pytest.mark.timeout(120)
+def test_checkpoint_dir_alone_saves_at_the_end(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    r = run([sys.executable, TRAIN, *TINY, "--steps", "3", "--checkpoint-dir", str(ckpt),
+             "--out-dir", str(tmp_path / "out")], timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    with open(ckpt / "latest.json") as f:
+        assert json.load(f)["step"] == 3
+    assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_00000003"]
