@@ -321,6 +321,8 @@ def read_latest(root):
         step, name = int(latest["step"]), latest["dir"]
         if not isinstance(name, str) or os.path.basename(name) != name or name in ("", ".", ".."):
             raise ValueError(f"'dir' must name a directory in {root}, got {name!r}")
+        if not isinstance(latest.get("model", {}), dict):
+            raise ValueError(f"'model' must map options to values, got {latest['model']!r}")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"train.py: {path} is not a checkpoint pointer ({e}); "
                          "remove it to start from scratch") from e
@@ -371,10 +373,34 @@ def checkpoint_error(args):
         differ = ", ".join(f"--{k.replace('_', '-')} {saved.get(k)} (checkpoint) vs {v} (this run)"
                            for k, v in config.items() if saved.get(k) != v)
         return f"cannot resume from {args.checkpoint_dir}, whose model differs: {differ}"
-    damage = checkpoint_files_error(os.path.join(args.checkpoint_dir, latest["dir"]))
+    where = os.path.join(args.checkpoint_dir, latest["dir"])
+    damage = checkpoint_files_error(where)
     if damage:
         return f"cannot resume from {args.checkpoint_dir}: {damage}"
+    # The pointer's "model" may be missing (or edited): the saved shapes are the truth.
+    differ = model_shapes_error(where, args)
+    if differ:
+        return f"cannot resume from {args.checkpoint_dir}, whose model differs: {differ}"
     return None
+
+
+def model_shapes_error(where, args):
+    """Which of the model's parameters the DCP checkpoint in `where` holds with other shapes, or
+    lacks, or has beyond the model's, or None. (--n-head changes no shape: the pointer's "model"
+    entry checks it.)"""
+    from torch.distributed.checkpoint import FileSystemReader
+    saved = {k: tuple(v.size) for k, v in FileSystemReader(where).read_metadata()
+             .state_dict_metadata.items() if k.startswith("model.") and hasattr(v, "size")}
+    cfg = GPTConfig(block_size=args.seq_len, n_layer=args.n_layer, n_head=args.n_head,
+                    n_embd=args.n_embd)
+    with torch.device("meta"):  # shapes only: no memory, no initialization
+        mine = {f"model.{k}": tuple(v.shape) for k, v in GPT(cfg).state_dict().items()}
+    names = sorted(n for n in saved.keys() | mine.keys() if saved.get(n) != mine.get(n))
+    if not names:
+        return None
+    shown = ", ".join(f"{n} {saved.get(n, 'absent')} (checkpoint) vs {mine.get(n, 'absent')} "
+                      "(this run)" for n in names[:3])
+    return shown + (f", and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def load_checkpoint(root, model, opt, lr) -> int:

@@ -407,3 +407,28 @@ def test_checkpoint_dir_alone_saves_at_the_end(tmp_path):
     with open(ckpt / "latest.json") as f:
         assert json.load(f)["step"] == 3
     assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_00000003"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n_layer,message", [
+    ("2", "model.blocks.1.attn.k.bias absent (checkpoint) vs (16,) (this run)"),
+    ("1", None)])  # same shapes: resumes, as before the pointer named the model
+def test_pointer_without_model_entry_still_checks_shapes(tiny_checkpoint, tmp_path, n_layer,
+                                                         message):
+    import shutil
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    latest = json.loads((ckpt / "latest.json").read_text())
+    del latest["model"]
+    (ckpt / "latest.json").write_text(json.dumps(latest))
+    launcher = [sys.executable, "-m", "openreg.launcher", "--devices", "1"]
+    r = run([*(launcher if message else [sys.executable, TRAIN]), *TINY, "--n-layer", n_layer,
+             "--steps", "3", "--checkpoint-dir", str(ckpt), "--resume",
+             "--out-dir", str(tmp_path / "out")],
+            timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if message:
+        assert r.returncode == 2, r.stderr[-3000:]
+        assert r.stderr.count(f"whose model differs: {message}") == 1, r.stderr[-3000:]
+    else:
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "resumed from" in r.stdout and "at step 2" in r.stdout, r.stdout[-2000:]
