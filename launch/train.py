@@ -553,6 +553,8 @@ def main(argv=None):
 
     t_end = time.perf_counter()
     elapsed = t_end - t0
+    # Read before the summary's own all_gather_object below, which is no part of training.
+    comm_seconds = collective_seconds() - comm0
     # CPU time of the steady steps, every thread of the process (kernels,
     # collectives, autograd): with the wall time it shows how busy the cores were.
     mine = (device_peak_memory(device), time.process_time() - cpu_warm)
@@ -577,7 +579,7 @@ def main(argv=None):
                    # sharding shrink it)
                    "local_parameter_elements": local_parameter_elements(model),
                    # rank 0's oreg_ccl worker time in collectives (overlaps compute)
-                   "collective_seconds": collective_seconds() - comm0,
+                   "collective_seconds": comm_seconds,
                    "hosts": host_layout(device) if distributed else "1 host"}
         os.makedirs(args.out_dir, exist_ok=True)
         with open(os.path.join(args.out_dir, "summary.json"), "w") as f:

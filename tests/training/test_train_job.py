@@ -432,3 +432,12 @@ def test_pointer_without_model_entry_still_checks_shapes(tiny_checkpoint, tmp_pa
     else:
         assert r.returncode == 0, r.stderr[-3000:]
         assert "resumed from" in r.stdout and "at step 2" in r.stdout, r.stdout[-2000:]
+
+
+@pytest.mark.timeout(120)
+def test_collective_seconds_leave_out_the_summary_gather(tmp_path):
+    # Strategy "none" on 2 ranks trains with no collective at all: anything counted would be
+    # the all_gather_object that collects the summary after training.
+    summary = run_job(tmp_path, *TINY, "--strategy", "none", "--steps", "2", nproc=2, timeout=90)
+    assert summary["world_size"] == 2
+    assert summary["collective_seconds"] == 0.0
