@@ -96,16 +96,21 @@ def _wait(processes, timeout: float) -> None:
             pass
 
 
-def _stop_with(parent: int):
-    """A Popen preexec_fn: the agent gets SIGTERM (and stops its ranks, as torchrun does on
-    SIGTERM) when `parent` exits, SIGKILLed included: nothing else would stop it then."""
+def _agent_preexec(parent: int):
+    """A Popen preexec_fn for an agent. Its own process group: a terminal's Ctrl-C reaches this
+    process alone, which passes it on, so each agent gets it once (a second SIGINT would cut
+    torchrun's shutdown of its ranks short). And SIGTERM (torchrun then stops its ranks) when
+    `parent` exits, SIGKILLed included: nothing else would stop it then."""
     def preexec():
+        os.setpgid(0, 0)
+        if not sys.platform.startswith("linux"):
+            return
         import ctypes
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:  # it exited before prctl() took effect
             os._exit(128 + signal.SIGTERM)
-    return preexec if sys.platform.startswith("linux") else None
+    return preexec
 
 
 def _run_nodes(nodes: int, devices: int, train_args) -> int:
@@ -117,7 +122,7 @@ def _run_nodes(nodes: int, devices: int, train_args) -> int:
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
                f"--node-rank={node}", f"--nproc-per-node={devices}", "--master-addr=127.0.0.1",
                f"--master-port={port}", _train_script(), *train_args]
-        agents.append(subprocess.Popen(cmd, env=env, preexec_fn=_stop_with(os.getpid())))
+        agents.append(subprocess.Popen(cmd, env=env, preexec_fn=_agent_preexec(os.getpid())))
     failed = 0
 
     # SIGTERM / SIGHUP (a scheduler, a closed terminal) stop the agents too:
@@ -134,8 +139,12 @@ def _run_nodes(nodes: int, devices: int, train_args) -> int:
                 break
             time.sleep(0.2)
     except KeyboardInterrupt:
-        # Ctrl-C reached the agents too (one process group): let them stop themselves.
+        # A Ctrl-C or a SIGINT sent to this process alone: the agents (process groups of their
+        # own) stop their ranks on SIGINT as torchrun does on a Ctrl-C.
         failed = 128 + signal.SIGINT
+        for a in agents:
+            if a.poll() is None:
+                a.send_signal(signal.SIGINT)
         _wait(agents, timeout=10)
     finally:
         for sig, handler in previous.items():

@@ -441,3 +441,32 @@ def test_collective_seconds_leave_out_the_summary_gather(tmp_path):
     summary = run_job(tmp_path, *TINY, "--strategy", "none", "--steps", "2", nproc=2, timeout=90)
     assert summary["world_size"] == 2
     assert summary["collective_seconds"] == 0.0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("target", ["launcher", "group"])
+def test_sigint_stops_every_simulated_host(tmp_path, target):
+    # kill -INT <openreg-run pid> must reach the agents too, not leave them training until the
+    # launcher gives up waiting; a terminal's Ctrl-C (the whole process group) must still work.
+    import signal
+    import time
+    marker = str(tmp_path / "sigint-run")
+    launcher = start_training(marker, "--nodes", "2", "--devices", "1")
+    try:
+        started = time.monotonic()
+        if target == "group":
+            os.killpg(launcher.pid, signal.SIGINT)
+        else:
+            launcher.send_signal(signal.SIGINT)
+        assert launcher.wait(timeout=60) == 128 + signal.SIGINT
+        # Agents left training were stopped after 10 s; stopped by the SIGINT, in 1-2 s.
+        assert time.monotonic() - started < 8, "the launcher waited for its agents to end alone"
+        while job_processes(marker) and time.monotonic() < started + 10:
+            time.sleep(0.1)
+        assert job_processes(marker) == [], "agents or ranks outlived the launcher"
+    finally:
+        for pid in job_processes(marker):
+            os.kill(pid, signal.SIGKILL)
+        if launcher.poll() is None:
+            launcher.kill()
+        launcher.stdout.close()
