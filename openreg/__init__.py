@@ -51,6 +51,8 @@ from .memory import (
     caching_allocator_delete,
     empty_cache,
     get_per_process_memory_fraction,
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
@@ -60,7 +62,9 @@ from .memory import (
     memory_stats,
     memory_stats_as_nested_dict,
     memory_summary,
+    reset_accumulated_host_memory_stats,
     reset_accumulated_memory_stats,
+    reset_peak_host_memory_stats,
     set_per_process_memory_fraction,
     reset_peak_memory_stats,
 )

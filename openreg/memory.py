@@ -109,6 +109,38 @@ def empty_cache() -> None:
         _C._empty_cache()
 
 
+# Pinned host memory (Tensor.pin_memory(), DataLoader(pin_memory=True)) comes
+# from PyTorch's caching host allocator (csrc/runtime/OpenRegHostAllocator.cpp):
+# blocks of power-of-two sizes are kept for reuse, as CUDA's are.
+
+def host_memory_stats_as_nested_dict() -> dict:
+    """The pinned allocator's statistics, as torch.cuda.host_memory_stats_as_nested_dict()."""
+    return _C._host_memory_stats() if is_initialized() else {}
+
+
+def host_memory_stats() -> "OrderedDict[str, Any]":
+    """torch.cuda.host_memory_stats(): "allocations.current", "num_host_alloc", ..."""
+    flat = []
+
+    def add(prefix, value):
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                add(f"{prefix}.{key}" if prefix else key, inner)
+        else:
+            flat.append((prefix, value))
+
+    add("", host_memory_stats_as_nested_dict())
+    return OrderedDict(sorted(flat))
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    _C._reset_accumulated_host_memory_stats()
+
+
+def reset_peak_host_memory_stats() -> None:
+    _C._reset_peak_host_memory_stats()
+
+
 def mem_get_info(device=None) -> tuple:
     """(free, total) bytes of the device, as torch.cuda.mem_get_info."""
     device_count()  # raises for a bad OPENREG_DEVICE_MEMORY, as every device API does

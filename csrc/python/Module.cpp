@@ -17,6 +17,7 @@
 #include "../runtime/OpenRegException.h"
 #include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegGenerator.h"
+#include "../runtime/OpenRegHostAllocator.h"
 #include "../runtime/OpenRegStream.h"
 
 namespace py = pybind11;
@@ -33,6 +34,38 @@ c10::Stream streamFrom(int64_t stream_id, int64_t device_index) {
                      c10::Device(c10::DeviceType::PrivateUse1,
                                  static_cast<c10::DeviceIndex>(device_index)),
                      stream_id);
+}
+
+// The pinned allocator's statistics in torch.cuda.host_memory_stats()'s shape.
+py::dict hostMemoryStats() {
+  const at::HostStats stats = getHostAllocator()->get_stats();
+  auto stat = [](const c10::CachingAllocator::Stat& s) {
+    py::dict d;
+    d["current"] = s.current;
+    d["peak"] = s.peak;
+    d["allocated"] = s.allocated;
+    d["freed"] = s.freed;
+    return d;
+  };
+  auto duration = [](const c10::CachingAllocator::DurationStat& s) {
+    py::dict d;
+    d["total"] = s.total;
+    d["max"] = s.max;
+    d["min"] = s.min;
+    d["count"] = s.count;
+    d["avg"] = s.count ? s.total / s.count : 0;
+    return d;
+  };
+  py::dict result;
+  result["allocations"] = stat(stats.allocations);
+  result["allocated_bytes"] = stat(stats.allocated_bytes);
+  result["active_requests"] = stat(stats.active_requests);
+  result["active_bytes"] = stat(stats.active_bytes);
+  result["num_host_alloc"] = stats.num_host_alloc;
+  result["num_host_free"] = stats.num_host_free;
+  result["host_alloc_time"] = duration(stats.host_alloc_time);
+  result["host_free_time"] = duration(stats.host_free_time);
+  return result;
 }
 
 }  // namespace
@@ -185,6 +218,11 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release no_gil;  // it waits for the streams
     getCachingAllocator()->emptyCache();
   });
+  m.def("_host_memory_stats", &hostMemoryStats);
+  m.def("_host_empty_cache", [] { getHostAllocator()->empty_cache(); });
+  m.def("_reset_accumulated_host_memory_stats",
+        [] { getHostAllocator()->reset_accumulated_stats(); });
+  m.def("_reset_peak_host_memory_stats", [] { getHostAllocator()->reset_peak_stats(); });
   m.def("_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(getDefaultGenerator(static_cast<c10::DeviceIndex>(d))));

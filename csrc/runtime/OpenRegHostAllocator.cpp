@@ -1,98 +1,88 @@
 #include "OpenRegHostAllocator.h"  // PyTorch hook: at::HostAllocator; contract in the header
 
+#include <chrono>
+#include <cstring>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
+#include <utility>
 
 #include "OpenRegException.h"
+#include "OpenRegFunctions.h"
 #include "OpenRegStream.h"
 
 namespace openreg {
 namespace {
 
-class OpenRegHostAllocator final : public at::HostAllocator {
+// An event marking a stream's use of a freed block (owned, as CUDA's EventPool
+// entries are): the block is reused once every such event has completed.
+class BlockUseEvent {
  public:
-  c10::DataPtr allocate(size_t nbytes) override {
-    releaseCompleted();
-    void* ptr = nullptr;
-    if (nbytes > 0) OPENREG_CHECK(orHostAlloc(&ptr, nbytes));
-    return c10::DataPtr(ptr, ptr, &freePinned, c10::Device(c10::DeviceType::CPU));
+  BlockUseEvent() = default;
+  BlockUseEvent(BlockUseEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  BlockUseEvent& operator=(BlockUseEvent&& other) noexcept {
+    std::swap(event_, other.event_);
+    return *this;
   }
-  c10::DeleterFnPtr raw_deleter() const override { return &freePinned; }
+  ~BlockUseEvent() {
+    if (event_) orEventDestroy(event_);
+  }
+
+  void record(const c10::Stream& stream) {
+    OPENREG_CHECK(orEventCreate(&event_, /*enable_timing=*/false));
+    OPENREG_CHECK(orEventRecord(event_, rawStream(stream)));
+  }
+  // A failed stream runs nothing more: its uses are over too.
+  bool done() const { return orEventQueryNoSync(event_) != orErrorNotReady; }
+
+ private:
+  orEvent event_ = nullptr;
+};
+
+// PyTorch's caching host allocator (the one CUDA and XPU use) over the
+// driver's pinned memory: only these runtime calls are openreg's.
+struct OpenRegHostAllocatorImpl final : at::CachingHostAllocatorImpl<c10::Stream, BlockUseEvent> {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-
-  // `ptr` is a block's base address; the block outlives the work queued so far
-  // on `stream`.
-  bool record_event(void* ptr, void* /*ctx*/, c10::Stream stream) override {
-    orEvent event = nullptr;
-    OPENREG_CHECK(orEventCreate(&event, false));
-    OPENREG_CHECK(orEventRecord(event, rawStream(stream)));
-    std::lock_guard<std::mutex> lock(mutex_);
-    // A long-lived buffer reused for copy after copy keeps only pending uses.
-    auto& events = uses_[ptr];
-    std::erase_if(events, [](orEvent e) {
-      if (orEventQueryNoSync(e) == orErrorNotReady) return false;  // a failed stream runs no more
-      orEventDestroy(e);
-      return true;
-    });
-    events.push_back(event);
-    return true;
-  }
-
-  void empty_cache() override { releaseCompleted(); }
-  at::HostStats get_stats() override { return {}; }
-  void reset_accumulated_stats() override {}
-  void reset_peak_stats() override {}
-
-  void free(void* ptr) {
-    if (orIsForkedChild()) return;  // as the device allocator: never touch the parent's state
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = uses_.find(ptr);
-      if (it != uses_.end()) {
-        deferred_.push_back(ptr);  // released by releaseCompleted() once its work ran
-        return;
-      }
-    }
-    orHostFree(ptr);
-    releaseCompleted();
+    std::memcpy(dest, src, count);
   }
 
  private:
-  static void freePinned(void* ptr);
-
-  void releaseCompleted() {
-    std::vector<void*> ready;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (auto it = deferred_.begin(); it != deferred_.end();) {
-        auto& events = uses_[*it];
-        bool done = true;
-        for (orEvent e : events) done = done && orEventQueryNoSync(e) != orErrorNotReady;
-        if (!done) {
-          ++it;
-          continue;
-        }
-        for (orEvent e : events) orEventDestroy(e);
-        uses_.erase(*it);
-        ready.push_back(*it);
-        it = deferred_.erase(it);
-      }
-    }
-    for (void* p : ready) orHostFree(p);
+  void allocate_host_memory(size_t size, void** ptr) override {
+    const auto start = std::chrono::steady_clock::now();
+    OPENREG_CHECK(orHostAlloc(ptr, size));
+    addTime(stats_.host_alloc_time, start);
   }
+  void free_block(at::HostBlock<c10::Stream>* block) override {
+    const auto start = std::chrono::steady_clock::now();
+    orHostFree(block->ptr_);
+    addTime(stats_.host_free_time, start);
+  }
+  void record_stream(std::optional<std::vector<BlockUseEvent>>& events,
+                     c10::Stream stream) override {
+    events->emplace_back().record(stream);
+  }
+  bool query_event(BlockUseEvent& event) override { return event.done(); }
+  c10::Stream get_current_stream() const override { return getCurrentStream(current_device()); }
+  bool stream_is_capturing(c10::Stream) const override { return false; }  // no graphs
 
-  std::mutex mutex_;
-  std::unordered_map<void*, std::vector<orEvent>> uses_;  // GUARDED_BY mutex_
-  std::vector<void*> deferred_;                           // GUARDED_BY mutex_
+  // host_memory_stats()'s host_alloc_time / host_free_time, in microseconds.
+  void addTime(c10::CachingAllocator::DurationStat& stat,
+               std::chrono::steady_clock::time_point start) {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - start);
+    std::lock_guard<std::mutex> lock(stats_.timing_mutex_);
+    stat.increase(us.count());
+  }
 };
+
+void freePinned(void* ctx);
+
+struct OpenRegHostAllocator final
+    : at::CachingHostAllocatorInterface<OpenRegHostAllocatorImpl, freePinned> {};
 
 OpenRegHostAllocator g_host_allocator;
 
-void OpenRegHostAllocator::freePinned(void* ptr) {
-  if (ptr) g_host_allocator.free(ptr);
+void freePinned(void* ctx) {
+  // As the device allocator: a forked child never touches the parent's state.
+  if (ctx && !orIsForkedChild()) g_host_allocator.free(ctx);
 }
 
 }  // namespace

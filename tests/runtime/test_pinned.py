@@ -76,3 +76,43 @@ def test_pinned_block_outlives_a_long_copy_that_reads_it(python):
     """)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert r.stdout.split() == ["True"], r.stdout
+
+
+def test_pinned_blocks_are_cached_and_reused_after_their_copies(python):
+    # PyTorch's caching host allocator (CUDA's): a freed block is kept and
+    # handed out again, but not while a queued copy still reads it.
+    r = python("""
+        import torch
+        torch.ones(1, device="openreg")  # host_memory_stats() reports once initialised
+        torch.openreg.reset_accumulated_host_memory_stats()
+        a = torch.empty(1000).pin_memory()
+        base = a.data_ptr()
+        del a
+        b = torch.empty(900).pin_memory()  # same power-of-two block
+        print(b.data_ptr() == base)
+        dst = torch.empty(900, device="openreg")
+        torch.openreg._sleep(300)
+        dst.copy_(b.fill_(7.0), non_blocking=True)
+        del b
+        c = torch.empty(900).pin_memory()
+        print(c.data_ptr() != base)  # the copy has not read the block yet
+        cached = {base, c.data_ptr()}
+        torch.openreg.synchronize()
+        del c
+        d = torch.empty(900).pin_memory()
+        print(d.data_ptr() in cached)  # both blocks free again: one of them, no new one
+        s = torch.openreg.host_memory_stats()
+        print(s["num_host_alloc"], s["allocations.current"], s["active_requests.current"],
+              s["allocated_bytes.current"], s["host_alloc_time.count"])
+        torch.openreg._C._host_empty_cache()
+        del d
+        torch.openreg._C._host_empty_cache()
+        print(torch.openreg.host_memory_stats()["allocations.current"],
+              torch.equal(dst.cpu(), torch.full((900,), 7.0)))
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.split("\n")
+    assert lines[:3] == ["True", "True", "True"], r.stdout
+    # Two blocks of 4 KiB (4000 and 3600 bytes round up to 4096), one in use.
+    assert lines[3].split() == ["2", "2", "1", "8192", "2"], r.stdout
+    assert lines[4].split() == ["0", "True"], r.stdout
