@@ -18,8 +18,10 @@
 // Where Meta and the CPU kernel disagree (output shape/dtype, or argument
 // checks only the CPU kernel makes), SyncOnlyOps sends the op down the
 // synchronous path, so the error is raised on the host instead of inside a
-// kernel (which would leave the stream failed). Kernels verify that the CPU
-// result fits the output allocated from Meta. Conformance: tests/ops.
+// kernel (which would leave the stream failed). The dispatch probe, run on the
+// host before outputs are allocated, gives fresh results the CPU kernel's
+// dtypes where Meta's differ. Kernels verify that the CPU result
+// fits the output allocated from Meta. Conformance: tests/ops.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
@@ -448,70 +450,122 @@ void probeRandomFillArguments(const c10::OperatorHandle& op, const IValue* args,
   op.redispatchBoxed(kCPUKeys, &probe);
 }
 
+// The dtype of each tensor a CPU kernel returned, in the order mapTensors
+// walks the returns (Undefined for an undefined tensor).
+using ResultDtypes = std::vector<at::ScalarType>;
+
+ResultDtypes dtypesOf(const torch::jit::Stack& results) {
+  ResultDtypes dtypes;
+  for (const IValue& r : results)
+    forEachTensor(r, [&](const at::Tensor& t) {
+      dtypes.push_back(t.defined() ? t.scalar_type() : at::ScalarType::Undefined);
+    });
+  return dtypes;
+}
+
+// The dispatch probe's key of a call (its dtype signature, see checkDispatch),
+// or nullopt for a call not probed. An out= argument counts by its dtype only:
+// the probe hands the kernel an empty one to resize, whatever the caller's shape.
+struct ProbeKey {
+  std::string key;
+  bool has_empty = false;
+  int64_t non_empty_elements = 0;
+};
+constexpr int64_t kLargestProbedInt = 4096;
+std::optional<ProbeKey> probeKey(const c10::OperatorHandle& op, const IValue* args, size_t num_args) {
+  const auto& schema = op.schema();
+  if (op.hasTag(at::Tag::nondeterministic_seeded)) return std::nullopt;
+  ProbeKey k;
+  k.key = std::to_string(reinterpret_cast<uintptr_t>(&op.operator_name()));
+  bool has_tensor = false;
+  auto small = [&](int64_t v) { return v >= -kLargestProbedInt && v <= kLargestProbedInt; };
+  for (size_t i = 0; i < num_args; ++i) {
+    const IValue& a = args[i];
+    if (ArgumentConverter::isGeneratorArg(schema.arguments()[i])) return std::nullopt;
+    if (a.isInt()) {
+      if (!small(a.toInt())) return std::nullopt;
+      k.key += 'i' + std::to_string(a.toInt());  // dims and dtypes select kernels
+    } else if (a.isIntList()) {
+      for (int64_t v : a.toIntList()) {
+        if (!small(v)) return std::nullopt;
+        k.key += std::to_string(v) + ' ';
+      }
+    } else if (a.isDouble() || a.isBool() || a.isComplexDouble()) {
+      dispatch_probe::appendKey(k.key, a.toScalar());
+    } else if (a.isNone()) {
+      k.key.push_back('N');
+    } else if (a.isString()) {
+      k.key += a.toStringRef();  // a mode: rounding_mode="floor" has its own kernel
+    }
+    const bool out = schema.arguments()[i].is_out();
+    forEachTensor(a, [&](const at::Tensor& t) {
+      has_tensor = true;
+      if (out) {
+        k.key.push_back(t.defined() ? static_cast<char>(t.scalar_type()) : '\x7f');
+        return;
+      }
+      if (t.defined() && t.numel() == 0) k.has_empty = true;
+      else if (t.defined()) k.non_empty_elements += t.numel();
+      dispatch_probe::appendKey(k.key, t);
+    });
+    k.key.push_back(',');
+  }
+  if (!has_tensor) return std::nullopt;
+  return k;
+}
+
+// Runs the op's CPU kernel on the host over probes of the arguments:
+// probeOf(t) for inputs, outOf(t) for out= tensors; returns its results.
+template <class ProbeOf, class OutOf>
+torch::jit::Stack runOnProbes(const c10::OperatorHandle& op, const IValue* args, size_t num_args,
+                              ProbeOf probeOf, OutOf outOf) {
+  const auto& schema = op.schema();
+  torch::jit::Stack probe;
+  for (size_t i = 0; i < num_args; ++i) {
+    if (args[i].isDevice()) {
+      probe.emplace_back(c10::Device(c10::kCPU));
+    } else if (schema.arguments()[i].is_out()) {
+      probe.push_back(mapTensors(args[i], outOf));
+    } else {
+      probe.push_back(mapTensors(args[i], probeOf));
+    }
+  }
+  c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+  op.redispatchBoxed(kCPUKeys, &probe);
+  return probe;
+}
+
 // The dtype check of the op's CPU kernel, on the host (DispatchProbe.h), keyed
 // by the op and its arguments' dtype signature. Not probed: random ops (the
 // probe would draw numbers), ops without tensor arguments, and ops with a
 // large integer argument (a size: the probe would allocate what it says).
+// Returns the dtypes of the probe's results (kept per signature with the
+// verdict), nullopt if no probe ran or the probe failed without a verdict.
 struct FallbackSite {};
-void checkDispatch(const c10::OperatorHandle& op, const IValue* args, size_t num_args) {
-  constexpr int64_t kLargestProbedInt = 4096;
-  const auto& schema = op.schema();
-  if (op.hasTag(at::Tag::nondeterministic_seeded)) return;
-  std::string key = std::to_string(reinterpret_cast<uintptr_t>(&op.operator_name()));
-  bool has_tensor = false;
-  bool has_empty = false;
-  int64_t nonEmptyElements = 0;
-  auto small = [&](int64_t v) { return v >= -kLargestProbedInt && v <= kLargestProbedInt; };
-  for (size_t i = 0; i < num_args; ++i) {
-    const IValue& a = args[i];
-    if (ArgumentConverter::isGeneratorArg(schema.arguments()[i])) return;
-    if (a.isInt()) {
-      if (!small(a.toInt())) return;
-      key += 'i' + std::to_string(a.toInt());  // dims and dtypes select kernels
-    } else if (a.isIntList()) {
-      for (int64_t v : a.toIntList()) {
-        if (!small(v)) return;
-        key += std::to_string(v) + ' ';
-      }
-    } else if (a.isDouble() || a.isBool() || a.isComplexDouble()) {
-      dispatch_probe::appendKey(key, a.toScalar());
-    } else if (a.isNone()) {
-      key.push_back('N');
-    } else if (a.isString()) {
-      key += a.toStringRef();  // a mode: rounding_mode="floor" has its own kernel
-    }
-    forEachTensor(a, [&](const at::Tensor& t) {
-      has_tensor = true;
-      if (t.defined() && t.numel() == 0) has_empty = true;
-      else if (t.defined()) nonEmptyElements += t.numel();
-      dispatch_probe::appendKey(key, t);
-    });
-    key.push_back(',');
-  }
-  if (!has_tensor) return;
-  auto runOnProbes = [&](auto probeOf) {
-    torch::jit::Stack probe;
-    for (size_t i = 0; i < num_args; ++i) {
-      if (args[i].isDevice()) {
-        probe.emplace_back(c10::Device(c10::kCPU));
-      } else if (schema.arguments()[i].is_out()) {
-        probe.push_back(mapTensors(args[i], dispatch_probe::probeOutput));
-      } else {
-        probe.push_back(mapTensors(args[i], probeOf));
-      }
-    }
-    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
-    op.redispatchBoxed(kCPUKeys, &probe);
+std::optional<ResultDtypes> checkDispatch(const c10::OperatorHandle& op, const IValue* args,
+                                          size_t num_args) {
+  const std::optional<ProbeKey> key = probeKey(op, args, num_args);
+  if (!key) return std::nullopt;
+  std::optional<ResultDtypes> seen;
+  bool ran = false;
+  auto probe = [&](auto probeOf) {
+    ran = true;
+    torch::jit::Stack results = runOnProbes(op, args, num_args, probeOf, dispatch_probe::probeOutput);
+    if (!seen) seen = dtypesOf(results);  // the first run that passes has the caller's dtypes
   };
   // With an empty tensor, CPU kernels return before their dispatch, but check
   // shapes first ("min(): Expected reduction dim to be specified for
   // input.numel() == 0"): run it on probes of the very shapes, if the others are small.
-  if (has_empty) {
-    if (nonEmptyElements <= kLargestProbedInt)
-      dispatch_probe::checkShapes([&] { runOnProbes(dispatch_probe::exactProbeTensor); });
-    return;
+  if (key->has_empty) {
+    if (key->non_empty_elements <= kLargestProbedInt)
+      dispatch_probe::checkShapes([&] { probe(dispatch_probe::exactProbeTensor); });
+    return seen;
   }
-  dispatch_probe::check<FallbackSite>(key, [&] { runOnProbes(dispatch_probe::probeTensor); });
+  static thread_local std::unordered_map<std::string, std::optional<ResultDtypes>> results;
+  dispatch_probe::check<FallbackSite>(key->key, [&] { probe(dispatch_probe::probeTensor); });
+  if (ran) results[key->key] = seen;
+  auto it = results.find(key->key);
+  return it == results.end() ? std::nullopt : it->second;
 }
 
 // The CPU kernels' overlap checks for out= arguments, which they make at the
@@ -538,13 +592,12 @@ void checkWrittenOverlap(const c10::FunctionSchema& schema, const IValue* args, 
   }
 }
 
-// Returns false (stack untouched) if the op cannot be inferred on Meta.
 // Queues the op's CPU kernel over kernel views; fresh results are copied into
-// `fresh` (slots[k]: fresh index of the k-th returned tensor, or -1).
+// `fresh` (slots[k]: fresh index of the k-th returned tensor, or -1). Callers
+// run checkDispatch first, before they allocate `fresh`.
 void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t num_args,
                      c10::Device device, const std::vector<at::Tensor>& originals,
                      const std::vector<at::Tensor>& fresh, std::vector<int> slots) {
-  checkDispatch(op, args, num_args);
   // A view op (view_as_real, .real of a complex tensor: every result aliases
   // an input, no argument is written): its results already share the inputs'
   // memory, so there is nothing to run, and no read for the race checker to
@@ -662,6 +715,7 @@ std::shared_ptr<CachedInference> describeInference(const c10::FunctionSchema& sc
 void runCached(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args,
                c10::Device device, const CachedInference& entry) {
   IValue* args = stack->data() + stack->size() - num_args;
+  checkDispatch(op, args, num_args);
   std::vector<at::Tensor> originals;
   for (size_t i = 0; i < num_args; ++i)
     forEachTensor(args[i], [&](const at::Tensor& t) {
@@ -789,6 +843,29 @@ void convolutionOutputsInTheCpusFormat(const c10::OperatorHandle& op, const Prep
   }
 }
 
+// A fresh result whose Meta dtype is not the one the CPU kernel returned for
+// this dtype signature (checkDispatch's probe) takes the CPU's: a valid call
+// returns what the CPU returns (native_group_norm's float32 statistics of a
+// bfloat16 input, binary_cross_entropy's loss in self's dtype whatever the
+// weight's) instead of failing checkSameMetadata on the stream. Shapes stay
+// Meta's (the probe's are not the call's).
+void freshResultsInTheCpusDtypes(torch::jit::Stack& meta_stack, const ArgumentConverter& meta,
+                                 const PreparedCall& meta_call, const ResultDtypes& cpu) {
+  const ResultDtypes inferred = dtypesOf(meta_stack);
+  if (inferred == cpu || inferred.size() != cpu.size()) return;  // a list the probe's shapes resized
+  size_t k = 0;
+  for (IValue& r : meta_stack) {
+    r = mapTensors(r, [&](const at::Tensor& m) -> at::Tensor {
+      const at::ScalarType dtype = cpu[k++];
+      if (!m.defined() || dtype == at::ScalarType::Undefined || dtype == m.scalar_type() ||
+          convertedIndexOf(meta_call, m) >= 0 ||  // a written argument
+          meta.originalOf(m.storage().unsafeGetStorageImpl()))  // a view of an input
+        return m;
+      return at::empty_strided(m.sizes(), m.strides(), m.options().dtype(dtype));
+    });
+  }
+}
+
 bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                           size_t num_args, c10::Device device) {
   const auto& schema = op.schema();
@@ -824,6 +901,8 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   outLayoutAsTensorIterator(op, meta_call);
   keepOutStridesOfRightShape(schema, meta_call);
   convolutionOutputsInTheCpusFormat(op, meta_call, meta_stack);
+  if (const std::optional<ResultDtypes> cpu = checkDispatch(op, args, num_args))
+    freshResultsInTheCpusDtypes(meta_stack, meta, meta_call, *cpu);
   if (key) storeInference(*key, describeInference(schema, meta_stack, meta, meta_call));
 
   syncInputMetadata(meta_call.originals, meta_call.converted);

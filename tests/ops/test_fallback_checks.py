@@ -166,3 +166,37 @@ def test_where_takes_a_uint8_condition_as_the_cpu():
         return torch.where(torch.tensor([1, 0], dtype=torch.uint8, device=d), torch.ones(2, device=d),
                            torch.zeros(2, device=d))
     assert call("openreg").tolist() == call("cpu").tolist() == [1.0, 0.0]
+
+
+def _same_results(call):
+    expected = call("cpu")
+    got = call("openreg")
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    got = got if isinstance(got, tuple) else (got,)
+    assert [t.dtype for t in got] == [t.dtype for t in expected]
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g.cpu(), e)
+
+
+def _randn(*sizes, dtype=torch.float32, device="cpu"):
+    return torch.randn(*sizes, generator=torch.Generator().manual_seed(sum(sizes))).to(dtype).to(device)
+
+
+# Valid mixed-dtype calls whose Meta result dtype is not the CPU's: the
+# fallback's probe learns the CPU's and allocates that.
+_CPU_RESULT_DTYPE = {
+    "binary_cross_entropy float64 weight": lambda d: torch.nn.functional.binary_cross_entropy(
+        _randn(3, device=d).sigmoid(), _randn(3, device=d).sigmoid(), weight=_randn(3, dtype=torch.float64, device=d)),
+    "binary_cross_entropy half, float32 weight": lambda d: torch.nn.functional.binary_cross_entropy(
+        _randn(3, device=d).sigmoid().half(), _randn(3, device=d).sigmoid().half(), weight=_randn(3, device=d),
+        reduction="none"),
+    "huber_loss bfloat16 input, float32 target": lambda d: torch.nn.functional.huber_loss(
+        _randn(3, dtype=torch.bfloat16, device=d), _randn(3, device=d)),
+}
+
+
+@pytest.mark.parametrize("name", list(_CPU_RESULT_DTYPE))
+def test_mixed_dtype_results_take_the_cpus_dtype(name):
+    _same_results(_CPU_RESULT_DTYPE[name])
+    _same_results(_CPU_RESULT_DTYPE[name])  # the cached inference too
+    _stream_still_works()
