@@ -83,23 +83,39 @@ class DropWarnings final : public c10::WarningHandler {
 
 namespace {
 
-// Runs `probe` with probe tensors filled as `fill` says; true if it raised.
-bool raisesWith(Fill fill, const std::function<void()>& probe) {
+// Runs `probe` with probe tensors filled as `fill` says; its error, if it raised.
+std::exception_ptr errorWith(Fill fill, const std::function<void()>& probe) {
   t_fill = fill;
   auto restore = c10::make_scope_exit([] { t_fill = Fill::kZeros; });
   try {
     probe();
   } catch (const std::exception&) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+bool isNotImplemented(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::NotImplementedError&) {
     return true;
+  } catch (...) {
   }
   return false;
 }
 
 // Called while handling the probe's exception: it, if the kernel's own dtype
-// check raised it rather than one of shapes or values (see DispatchProbe.h).
+// check raised it rather than one of shapes or values (see DispatchProbe.h);
+// or AT_DISPATCH's NotImplementedError that only the probe filled with ones
+// reaches (zeros failed a check of values first: segment_reduce's lengths
+// summing to the data's size).
 std::exception_ptr ownDtypeCheck(const std::function<void()>& probe) {
   auto error = std::current_exception();
-  if (raisesWith(Fill::kOnes, probe) && !raisesWith(Fill::kOnesInFloat, probe)) return error;
+  std::exception_ptr withOnes = errorWith(Fill::kOnes, probe);
+  if (!withOnes) return nullptr;
+  if (isNotImplemented(withOnes)) return withOnes;
+  if (!errorWith(Fill::kOnesInFloat, probe)) return error;
   return nullptr;
 }
 
@@ -142,7 +158,7 @@ void checkShapes(const std::function<void()>& probe) {
     probe();
   } catch (const std::exception&) {
     auto error = std::current_exception();
-    if (raisesWith(Fill::kOnes, probe)) std::rethrow_exception(error);
+    if (errorWith(Fill::kOnes, probe)) std::rethrow_exception(error);
   }
 }
 

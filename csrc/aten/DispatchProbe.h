@@ -15,7 +15,9 @@
 // point and complex dtypes"), which two more probes tell apart from a check of
 // shapes or values: the error stays with the probe filled with ones instead
 // of zeros (not a division by zero) and goes away with the same probe in
-// float32 where it holds integers or bools. Such a verdict raises the CPU's
+// float32 where it holds integers or bools; or AT_DISPATCH's
+// NotImplementedError from the probe filled with ones (zeros failed a check of
+// values before the dispatch). Such a verdict raises the CPU's
 // own exception and is not kept (a Scalar argument's value may have been what
 // the kernel rejected, and keys only classify values). Any other failure
 // says nothing about dtypes: the launch goes ahead as before. Launches with

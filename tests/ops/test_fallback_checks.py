@@ -168,6 +168,21 @@ def test_where_takes_a_uint8_condition_as_the_cpu():
     assert call("openreg").tolist() == call("cpu").tolist() == [1.0, 0.0]
 
 
+def test_segment_reduce_of_float_lengths_raises_at_the_call():
+    # The probe with zero lengths fails the lengths' sum check before the
+    # kernel's dtype dispatch; the one with ones reaches it.
+    def call(d):
+        torch.segment_reduce(torch.arange(6.0, device=d), "sum", lengths=torch.tensor([3.0, 3.0], device=d))
+    with pytest.raises(NotImplementedError) as cpu:
+        call("cpu")
+    with pytest.raises(NotImplementedError) as dev:
+        call("openreg")
+    assert str(dev.value) == str(cpu.value)
+    _stream_still_works()
+    lengths = torch.tensor([2, 4], device="openreg")
+    assert torch.segment_reduce(torch.arange(6.0, device="openreg"), "sum", lengths=lengths).tolist() == [1.0, 14.0]
+
+
 def _same_results(call):
     expected = call("cpu")
     got = call("openreg")
