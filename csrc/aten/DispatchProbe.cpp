@@ -73,16 +73,6 @@ at::Tensor probeOutput(const at::Tensor& t) {
 
 namespace {
 
-// The probe's warnings (an out= resize, a deprecation) are not the user's call's.
-class DropWarnings final : public c10::WarningHandler {
- public:
-  void process(const c10::Warning&) override {}
-};
-
-}  // namespace
-
-namespace {
-
 // Runs `probe` with probe tensors filled as `fill` says; its error, if it raised.
 std::exception_ptr errorWith(Fill fill, const std::function<void()>& probe) {
   t_fill = fill;

@@ -27,6 +27,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/IListRef.h>
 #include <c10/core/Scalar.h>
+#include <c10/util/Exception.h>
 
 #include <exception>
 #include <functional>
@@ -55,6 +56,13 @@ void checkShapes(const std::function<void()>& probe);
 
 // An empty CPU tensor with an output's dtype: out= kernels resize it.
 at::Tensor probeOutput(const at::Tensor& t);
+
+// Drops the warnings raised while it is installed (WarningHandlerGuard): a
+// probe's (an out= resize, a deprecation) are not the user's call's.
+class DropWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
 
 // Why a dtype signature is rejected: AT_DISPATCH's NotImplementedError, the
 // RuntimeError of a typed data pointer ("expected scalar type Float but found

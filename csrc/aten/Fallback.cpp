@@ -20,7 +20,8 @@
 // synchronous path, so the error is raised on the host instead of inside a
 // kernel (which would leave the stream failed). The dispatch probe, run on the
 // host before outputs are allocated, gives fresh results the CPU kernel's
-// dtypes where Meta's differ. Kernels verify that the CPU result
+// dtypes where Meta's differ, and an out= argument of a dtype the CPU kernel
+// refuses raises its error at the call. Kernels verify that the CPU result
 // fits the output allocated from Meta. Conformance: tests/ops.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/MemoryOverlap.h>
@@ -568,6 +569,99 @@ std::optional<ResultDtypes> checkDispatch(const c10::OperatorHandle& op, const I
   return it == results.end() ? std::nullopt : it->second;
 }
 
+// The functional variant of an out= operator (sort.values -> sort,
+// max.dim_max -> max.dim): the overload of the same name whose arguments are
+// the out= one's without its out= arguments. nullopt if there is none.
+std::optional<c10::OperatorHandle> functionalVariant(const c10::OperatorHandle& op) {
+  static std::mutex mutex;
+  // Leaked, as the dispatcher's operators they name: used until exit.
+  static auto* variants =
+      new std::unordered_map<const c10::OperatorName*, std::optional<c10::OperatorHandle>>();
+  static auto* overloads = new std::unordered_map<std::string, std::vector<std::string>>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = variants->find(&op.operator_name()); it != variants->end()) return it->second;
+  if (overloads->empty())
+    for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames())
+      (*overloads)[name.name].push_back(name.overload_name);
+  std::vector<const c10::Argument*> inputs;
+  for (const c10::Argument& a : op.schema().arguments())
+    if (!a.is_out()) inputs.push_back(&a);
+  std::optional<c10::OperatorHandle> match;
+  for (const std::string& overload : (*overloads)[op.schema().name()]) {
+    auto candidate = c10::Dispatcher::singleton().findSchema({op.schema().name(), overload});
+    if (!candidate || candidate->schema().is_mutable()) continue;
+    const auto& arguments = candidate->schema().arguments();
+    bool same = arguments.size() == inputs.size();
+    for (size_t i = 0; i < inputs.size() && same; ++i)
+      same = arguments[i].name() == inputs[i]->name() && *arguments[i].type() == *inputs[i]->type();
+    if (same) {
+      match = candidate;
+      break;
+    }
+  }
+  variants->emplace(&op.operator_name(), match);
+  return match;
+}
+
+// Whether the CPU kernel of an out= op, which fails on probes with the
+// caller's out= dtypes, passes with out= tensors of the dtypes its functional
+// variant returns: then those dtypes are what it refuses.
+bool refusesOutDtypes(const c10::OperatorHandle& op, const IValue* args, size_t num_args) {
+  const std::optional<c10::OperatorHandle> functional = functionalVariant(op);
+  if (!functional) return false;
+  std::vector<IValue> inputs;
+  ResultDtypes given;
+  for (size_t i = 0; i < num_args; ++i) {
+    if (!op.schema().arguments()[i].is_out()) inputs.push_back(args[i]);
+    else forEachTensor(args[i], [&](const at::Tensor& t) { given.push_back(t.scalar_type()); });
+  }
+  ResultDtypes expected;
+  try {
+    expected = dtypesOf(runOnProbes(*functional, inputs.data(), inputs.size(),
+                                    dispatch_probe::probeTensor, dispatch_probe::probeOutput));
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (expected.size() != given.size() || expected == given) return false;
+  size_t k = 0;
+  auto outOfExpectedDtype = [&](const at::Tensor&) {
+    return at::empty({0}, at::TensorOptions().dtype(expected[k++]));
+  };
+  try {
+    runOnProbes(op, args, num_args, dispatch_probe::probeTensor, outOfExpectedDtype);
+  } catch (const std::exception&) {
+    return false;  // not (only) the out= dtypes
+  }
+  return true;
+}
+
+// An out= argument of a dtype the CPU kernel refuses, where the Meta kernel
+// accepts it (sort's values in float64 for a float32 input: "Expected out
+// tensor to have dtype float, but got double instead"; cummax, mode, triu,
+// index_select, ...): the CPU raises at the call, so openreg does, with the
+// CPU kernel's own error, found on probes. Made before Meta inference resizes
+// the out= arguments (the CPU leaves them untouched). A signature that passes
+// is probed once per thread.
+void checkOutDtypes(const c10::OperatorHandle& op, const IValue* args, size_t num_args) {
+  const auto& arguments = op.schema().arguments();
+  if (!op.schema().is_mutable() ||
+      std::none_of(arguments.begin(), arguments.end(), [](const c10::Argument& a) { return a.is_out(); }))
+    return;
+  const std::optional<ProbeKey> key = probeKey(op, args, num_args);
+  if (!key || key->has_empty) return;
+  static thread_local std::unordered_set<std::string> accepted;
+  if (accepted.count(key->key)) return;
+  dispatch_probe::DropWarnings drop;
+  c10::WarningUtils::WarningHandlerGuard silence(&drop);
+  try {
+    runOnProbes(op, args, num_args, dispatch_probe::probeTensor, dispatch_probe::probeOutput);
+  } catch (const std::exception&) {
+    std::exception_ptr error = std::current_exception();
+    if (refusesOutDtypes(op, args, num_args)) std::rethrow_exception(error);
+  }
+  accepted.insert(key->key);
+}
+
 // The CPU kernels' overlap checks for out= arguments, which they make at the
 // call: Meta tensors have no memory to compare, and on the stream the error
 // would come late and fail the stream. Every op: a written argument (out=, or
@@ -1057,6 +1151,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   checkHostVisibleZeroDivisor(op, args, num_args);
   // Before Meta inference resizes an out= argument (TensorIterator checks first).
   checkWrittenOverlap(op.schema(), args, num_args, op.hasTag(at::Tag::pointwise));
+  checkOutDtypes(op, args, num_args);
   c10::DeviceGuard guard(*device);
   const bool async = tryRunAsynchronously(op, stack, num_args, *device);
   recordFallback(op, async);

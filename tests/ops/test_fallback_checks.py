@@ -215,3 +215,74 @@ def test_mixed_dtype_results_take_the_cpus_dtype(name):
     _same_results(_CPU_RESULT_DTYPE[name])
     _same_results(_CPU_RESULT_DTYPE[name])  # the cached inference too
     _stream_still_works()
+
+
+def _out(dtype, device, *sizes):
+    return torch.empty(*sizes or (0,), dtype=dtype, device=device)
+
+
+_X = lambda d: _randn(3, 4, device=d)
+_F64, _I32, _L = torch.float64, torch.int32, torch.long
+# out= arguments of a dtype the CPU kernel refuses and the Meta kernel takes.
+_OUT_DTYPE_REFUSED = {
+    "sort values": lambda d: torch.sort(_X(d), out=(_out(_F64, d), _out(_L, d))),
+    "sort indices": lambda d: torch.sort(_X(d), out=(_out(torch.float32, d), _out(_I32, d))),
+    "sort stable values": lambda d: torch.sort(_X(d), stable=True, out=(_out(_F64, d), _out(_L, d))),
+    "msort": lambda d: torch.msort(_X(d), out=_out(_F64, d)),
+    "argsort": lambda d: torch.argsort(_X(d), dim=1, stable=True, out=_out(_I32, d)),
+    "kthvalue values": lambda d: torch.kthvalue(_X(d), 2, out=(_out(_F64, d), _out(_L, d))),
+    "cummax values": lambda d: torch.cummax(_X(d), 1, out=(_out(_F64, d), _out(_L, d))),
+    "cummin indices": lambda d: torch.cummin(_X(d), 1, out=(_out(torch.float32, d), _out(_I32, d))),
+    "median.dim values": lambda d: torch.median(_X(d), 1, out=(_out(_F64, d), _out(_L, d))),
+    "nanmedian.dim values": lambda d: torch.nanmedian(_X(d), 1, out=(_out(_F64, d), _out(_L, d))),
+    "mode values": lambda d: torch.mode(_X(d), 1, out=(_out(_F64, d), _out(_L, d))),
+    "logcumsumexp": lambda d: torch.logcumsumexp(_X(d), 0, out=_out(_F64, d)),
+    "index_select": lambda d: torch.index_select(_X(d), 0, torch.zeros(1, dtype=_L, device=d), out=_out(_F64, d)),
+    "triu": lambda d: torch.triu(_X(d), out=_out(_F64, d)),
+    "histc": lambda d: torch.histc(_X(d), out=_out(_F64, d)),
+    "renorm": lambda d: torch.renorm(_X(d), 2, 0, 1.0, out=_out(_F64, d)),
+    "nan_to_num": lambda d: torch.nan_to_num(_X(d), out=_out(_F64, d)),
+    "amax": lambda d: torch.amax(_X(d), 1, out=_out(_F64, d)),
+    "index_add": lambda d: torch.index_add(_X(d), 0, torch.zeros(1, dtype=_L, device=d), _X(d)[:1], out=_out(_F64, d)),
+    "topk values": lambda d: torch.topk(_X(d), 2, out=(_out(_F64, d), _out(_L, d))),
+    "max.dim indices": lambda d: torch.max(_X(d), 1, out=(_out(torch.float32, d), _out(_I32, d))),
+}
+
+
+@pytest.mark.parametrize("name", list(_OUT_DTYPE_REFUSED))
+def test_out_of_a_refused_dtype_raises_at_the_call_in_the_cpus_words(name):
+    call = _OUT_DTYPE_REFUSED[name]
+    with pytest.raises(Exception) as cpu:
+        call("cpu")
+    for _ in range(2):  # the verdict kept for the signature too
+        with pytest.raises(type(cpu.value)) as dev:
+            call("openreg")
+        assert type(dev.value) is type(cpu.value)
+        assert str(dev.value) == str(cpu.value)
+    _stream_still_works()
+
+
+def test_out_left_untouched_when_its_dtype_is_refused():
+    values, indices = _out(_F64, "openreg"), _out(_L, "openreg")
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float"):
+        torch.sort(_X("openreg"), out=(values, indices))
+    assert values.shape == indices.shape == (0,)  # as the CPU leaves them
+
+
+# out= dtypes the CPU kernel takes, casting (or resizing) as the CPU does.
+_OUT_DTYPE_TAKEN = {
+    "cumsum float64": lambda d: torch.cumsum(_X(d), 0, out=_out(_F64, d)),
+    "cumsum int64": lambda d: torch.cumsum(_X(d), 0, out=_out(_L, d)),
+    "cumsum float64 of the result's shape": lambda d: torch.cumsum(_X(d), 0, out=_out(_F64, d, 3, 4)),
+    "cumprod half": lambda d: torch.cumprod(_X(d), 0, out=_out(torch.float16, d)),
+    "sum float64": lambda d: torch.sum(_X(d), 1, out=_out(_F64, d)),
+    "logsumexp float64": lambda d: torch.logsumexp(_X(d), 1, out=_out(_F64, d)),
+    "max float64": lambda d: torch.max(_X(d), out=_out(_F64, d)),
+    "sort": lambda d: torch.sort(_X(d), out=(_out(torch.float32, d, 3, 4), _out(_L, d, 3, 4))),
+}
+
+
+@pytest.mark.parametrize("name", list(_OUT_DTYPE_TAKEN))
+def test_out_of_another_dtype_the_cpu_takes(name):
+    _same_results(_OUT_DTYPE_TAKEN[name])
+    _stream_still_works()
