@@ -63,12 +63,52 @@ void checkAmpUpdateScaleArguments(const IValue* args) {
 // exception type), made on the host where CUDA makes them: cheap checks of
 // dtypes and shapes, no data read unless CUDA reads it too (normal's std).
 
+bool isMask(const at::Tensor& index) {
+  return index.scalar_type() == at::kBool || index.scalar_type() == at::kByte;
+}
+
+// The shape of self[indices], from index's Meta kernel, a mask standing for
+// the long indices of `count(mask)` selected elements (one per mask dimension,
+// as ATen's expandTensors turns it into).
+template <class Count>
+std::vector<int64_t> indexingResultShape(const at::Tensor& self,
+                                         const c10::List<std::optional<at::Tensor>>& indices,
+                                         Count count) {
+  auto onMeta = [](at::IntArrayRef sizes, at::ScalarType dtype) {
+    return at::empty(sizes, at::TensorOptions(at::kMeta).dtype(dtype));
+  };
+  c10::List<std::optional<at::Tensor>> metaIndices;
+  std::vector<at::Tensor> defined;
+  for (const std::optional<at::Tensor>& index : indices) {
+    if (!index.has_value() || !index->defined()) {
+      metaIndices.push_back(std::nullopt);
+    } else if (isMask(*index)) {
+      const int64_t n = count(*index);
+      for (int64_t j = 0; j < index->dim(); ++j) defined.push_back(onMeta({n}, at::kLong));
+      for (int64_t j = 0; j < index->dim(); ++j) metaIndices.push_back(defined.back());
+    } else {
+      defined.push_back(onMeta(index->sizes(), index->scalar_type()));
+      metaIndices.push_back(defined.back());
+    }
+  }
+  // make_info's check, in its words (index's Meta kernel has others).
+  try {
+    at::DimVector shape;
+    for (const at::Tensor& t : defined) shape = at::infer_size_dimvector(shape, t.sizes());
+  } catch (const c10::Error&) {
+    std::string shapes;
+    for (const at::Tensor& t : defined) shapes += (shapes.empty() ? "" : ", ") + c10::str(t.sizes());
+    TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together "
+                      "with shapes ", shapes);
+  }
+  return at::index(onMeta(self.sizes(), self.scalar_type()), metaIndices).sizes().vec();
+}
+
 // _index_put_impl_(self, indices, values, accumulate, unsafe) (x[i] = v,
 // index_put_): the index dtypes and mask shapes (make_info) and the values'
-// shape and dtype (make_index_put_iterator); the shape only for integer
-// indices (a mask's selection needs its nonzero count). With one mask and a
-// one-element value, the CPU kernel takes masked_fill_ instead, which accepts
-// any value dtype but only a bool mask.
+// shape and dtype (make_index_put_iterator). With one mask and a one-element
+// value, the CPU kernel takes masked_fill_ instead, which accepts any value
+// dtype but only a bool mask.
 void checkIndexPutArguments(const IValue* args) {
   const at::Tensor& self = args[0].toTensor();
   const auto indices = args[1].toOptionalTensorList();
@@ -76,11 +116,13 @@ void checkIndexPutArguments(const IValue* args) {
   const bool accumulate = args[3].toBool();
   int64_t dim = 0;  // the dimension of self the next index starts at
   int masks = 0, others = 0;
+  bool scalarMask = false;
   for (const std::optional<at::Tensor>& index : indices) {
     if (!index.has_value() || !index->defined()) {
       ++dim;
-    } else if (index->scalar_type() == at::kBool || index->scalar_type() == at::kByte) {
+    } else if (isMask(*index)) {
       ++masks;
+      scalarMask |= index->dim() == 0;
       for (int64_t j = 0; j < index->dim() && dim + j < self.dim(); ++j)
         if (index->size(j) != self.size(dim + j)) at::native::invalid_mask(self, dim + j, *index, j);
       dim += index->dim();
@@ -97,18 +139,19 @@ void checkIndexPutArguments(const IValue* args) {
     return;
   }
   at::native::checkIndexTensorTypes(indices, /*allow_int=*/true);
-  if (masks == 0 && others > 0) {
-    // The indexing result's shape, from index's Meta kernel.
-    auto onMeta = [](const at::Tensor& t) { return at::empty(t.sizes(), t.options().device(at::kMeta)); };
-    c10::List<std::optional<at::Tensor>> metaIndices;
-    for (const std::optional<at::Tensor>& index : indices)
-      metaIndices.push_back(index.has_value() && index->defined()
-                                ? std::optional<at::Tensor>(onMeta(*index))
-                                : std::nullopt);
-    const at::Tensor result = at::index(onMeta(self), metaIndices);
-    TORCH_CHECK(at::is_expandable_to(values.sizes(), result.sizes()), "shape mismatch: value tensor "
+  if (others + masks > 0 && !scalarMask) {
+    // A mask's selection is its nonzero count, data on the device. Values
+    // that broadcast to a one-element selection broadcast to any (a size 1,
+    // or none, where the selection goes), so most calls need not read it; the
+    // others read it as CUDA does (its kernel synchronises on mask.nonzero()).
+    std::vector<int64_t> result = indexingResultShape(self, indices, [](const at::Tensor&) { return 1; });
+    if (masks > 0 && (others > 0 || !at::is_expandable_to(values.sizes(), result)))
+      result = indexingResultShape(self, indices, [](const at::Tensor& mask) {
+        return mask.count_nonzero().item<int64_t>();
+      });
+    TORCH_CHECK(at::is_expandable_to(values.sizes(), result), "shape mismatch: value tensor "
                 "of shape ", values.sizes(), " cannot be broadcast to indexing result of shape ",
-                result.sizes());
+                at::IntArrayRef(result));
   }
   TORCH_CHECK(values.scalar_type() == self.scalar_type(),
               "Index put requires the source and destination dtypes match, got ",

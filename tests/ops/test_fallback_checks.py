@@ -125,6 +125,18 @@ _HOST_CHECKED = {
                                                               sorter=torch.ones(3, device=d)),
     "searchsorted side": lambda d: torch.searchsorted(torch.ones(3, device=d), torch.ones(2, device=d),
                                                       side="middle"),
+    # A mask's selection needs its count (read from the device where the values
+    # do not broadcast to a one-element selection).
+    "index_put_ mask, values shape": lambda d: torch.zeros(4, device=d).index_put_(
+        (torch.tensor([True, False, True, False], device=d),), torch.ones(3, device=d)),
+    "setitem 2-d mask row, values shape": lambda d: torch.zeros(2, 3, device=d).__setitem__(
+        torch.tensor([True, False], device=d), torch.ones(2, device=d)),
+    "index_put_ accumulate mask, values shape": lambda d: torch.zeros(2, 2, device=d).index_put_(
+        (torch.ones(2, 2, dtype=torch.bool, device=d),), torch.ones(3, device=d), accumulate=True),
+    "index_put_ mask and index, broadcast": lambda d: torch.zeros(3, 3, device=d).index_put_(
+        (torch.tensor([True, True, False], device=d), torch.tensor([0, 1, 2], device=d)), torch.ones(1, device=d)),
+    "index_put_ accumulate mask, one value of too many dims": lambda d: torch.zeros(2, device=d).index_put_(
+        (torch.tensor([True, False], device=d),), torch.ones(1, 1, 1, device=d), accumulate=True),
 }
 
 
@@ -148,8 +160,12 @@ def test_host_checked_calls_still_run_like_the_cpu():
         y = torch.zeros(3, device=d)
         y[torch.tensor([True, False, True], device=d)] = torch.tensor(2.0, device=d, dtype=_HALF)  # masked_fill path
         y.index_put_((torch.tensor([1], device=d),), torch.ones(1, device=d), accumulate=True)
+        z = torch.zeros(3, 4, device=d)
+        z[torch.tensor([True, False, True], device=d)] = torch.arange(4.0, device=d)  # no count needed
+        z[torch.tensor([True, True, False], device=d)] = torch.ones(2, 1, device=d)
+        z.index_put_((torch.tensor([False, True, True], device=d),), torch.ones(2, 4, device=d), accumulate=True)
         torch.manual_seed(0)
-        return [x @ x.T, torch.linalg.cross(x, x.flip(1)), y,
+        return [x @ x.T, torch.linalg.cross(x, x.flip(1)), y, z,
                 torch.zeros(3, device=d).put_(torch.tensor([2], device=d), torch.ones(1, device=d)),
                 torch.zeros(3, device=d).index_fill_(0, torch.tensor([1], device=d), 5.0),
                 x.masked_fill(x > 2, -1.0),
