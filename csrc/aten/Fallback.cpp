@@ -960,8 +960,10 @@ void freshResultsInTheCpusDtypes(torch::jit::Stack& meta_stack, const ArgumentCo
   }
 }
 
+// `result_dtypes`: the CPU kernel's result dtypes where the caller knows them
+// (fallbackWithResultDtypes), or null (the probe's, if it ran).
 bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                          size_t num_args, c10::Device device) {
+                          size_t num_args, c10::Device device, const ResultDtypes* result_dtypes) {
   const auto& schema = op.schema();
   if (!returnsOnlyTensors(schema) || schema.returns().empty()) return false;
   if (syncOnlyOps().contains(schema.operator_name())) return false;
@@ -995,8 +997,9 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   outLayoutAsTensorIterator(op, meta_call);
   keepOutStridesOfRightShape(schema, meta_call);
   convolutionOutputsInTheCpusFormat(op, meta_call, meta_stack);
-  if (const std::optional<ResultDtypes> cpu = checkDispatch(op, args, num_args))
-    freshResultsInTheCpusDtypes(meta_stack, meta, meta_call, *cpu);
+  const std::optional<ResultDtypes> probed = checkDispatch(op, args, num_args);
+  if (result_dtypes) freshResultsInTheCpusDtypes(meta_stack, meta, meta_call, *result_dtypes);
+  else if (probed) freshResultsInTheCpusDtypes(meta_stack, meta, meta_call, *probed);
   if (key) storeInference(*key, describeInference(schema, meta_stack, meta, meta_call));
 
   syncInputMetadata(meta_call.originals, meta_call.converted);
@@ -1126,9 +1129,8 @@ void checkHostVisibleZeroDivisor(const c10::OperatorHandle& op, const c10::IValu
   op.redispatchBoxed(kCPUKeys, &probe);
 }
 
-}  // namespace
-
-void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void runFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                 const ResultDtypes* result_dtypes) {
   const size_t num_args = op.schema().arguments().size();
   const IValue* args = stack->data() + stack->size() - num_args;
   std::optional<c10::Device> device = findDevice(op, args, num_args);
@@ -1153,9 +1155,20 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   checkWrittenOverlap(op.schema(), args, num_args, op.hasTag(at::Tag::pointwise));
   checkOutDtypes(op, args, num_args);
   c10::DeviceGuard guard(*device);
-  const bool async = tryRunAsynchronously(op, stack, num_args, *device);
+  const bool async = tryRunAsynchronously(op, stack, num_args, *device, result_dtypes);
   recordFallback(op, async);
   if (!async) runSynchronously(op, stack, num_args, *device);
+}
+
+}  // namespace
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  runFallback(op, stack, nullptr);
+}
+
+void fallbackWithResultDtypes(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                              const std::vector<at::ScalarType>& dtypes) {
+  runFallback(op, stack, &dtypes);
 }
 
 }  // namespace openreg::kernels

@@ -1,7 +1,8 @@
 // What the generic fallback (Fallback.cpp) cannot know for a few operators,
 // added around it: argument checks that their Meta kernels leave to the CPU
 // kernel (where they would fail the stream instead of raising at the call),
-// and outputs the CPU kernel leaves undefined. RegisterFallbackRoutes.cpp
+// result dtypes the Meta kernel gets wrong, and outputs the CPU kernel leaves
+// undefined. RegisterFallbackRoutes.cpp
 // routes the operators here. Tests: tests/ops/test_error_inputs.py,
 // tests/ops/test_fallback_checks.py.
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -237,6 +238,29 @@ void checkGroupNormArguments(const IValue* args) {
     at::native::check_mixed_data_type(input, weight, bias);
 }
 
+// native_group_norm -> (out, mean, rstd): with float32 parameters for a
+// reduced-precision input the CPU keeps the statistics in float32, where Meta
+// gives them the input's dtype (the probe cannot learn it: the N, C, HxW
+// arguments do not fit its shapes).
+std::optional<std::vector<at::ScalarType>> groupNormResultDtypes(const IValue* args) {
+  const at::Tensor& input = args[0].toTensor();
+  const at::Tensor weight = args[1].toOptional<at::Tensor>().value_or(at::Tensor());
+  const at::Tensor bias = args[2].toOptional<at::Tensor>().value_or(at::Tensor());
+  if (!at::native::is_mixed_type(input, weight, bias)) return std::nullopt;
+  const at::ScalarType statistics = at::native::param_scalar_type(input, /*is_mixed_type=*/true);
+  return std::vector<at::ScalarType>{input.scalar_type(), statistics, statistics};
+}
+
+// native_group_norm_backward(grad_out, input, mean, rstd, weight, ...) ->
+// (grad_input, grad_weight, grad_bias): with those float32 statistics and
+// weight, Meta returns grad_input in float32, the CPU in the input's dtype.
+std::optional<std::vector<at::ScalarType>> groupNormBackwardResultDtypes(const IValue* args) {
+  const at::Tensor& input = args[1].toTensor();
+  const at::Tensor weight = args[4].toOptional<at::Tensor>().value_or(at::Tensor());
+  if (!at::native::is_mixed_type(input, weight)) return std::nullopt;
+  return std::vector<at::ScalarType>{input.scalar_type(), weight.scalar_type(), weight.scalar_type()};
+}
+
 // binary_cross_entropy(self, target, ...): the CPU kernel's TensorIterator
 // takes one dtype, the loss's (self's).
 void checkBinaryCrossEntropyArguments(const IValue* args) {
@@ -267,10 +291,18 @@ template <void (*F)(const IValue*)>
 void ignoringCount(const IValue* args, size_t) {
   F(args);
 }
+void noCheck(const IValue*, size_t) {}
+// The CPU kernel's result dtypes where Meta's differ (nullopt: Meta's are right).
+using ResultDtypesOf = std::optional<std::vector<at::ScalarType>> (*)(const IValue* args);
 
-// Operator (name.overload) -> its checks.
-const std::vector<std::pair<const char*, Check>>& checks() {
-  static const std::vector<std::pair<const char*, Check>> table = {
+struct CheckedOperator {
+  const char* name;  // name.overload
+  Check check;
+  ResultDtypesOf resultDtypes = nullptr;
+};
+
+const std::vector<CheckedOperator>& checkedOperators() {
+  static const std::vector<CheckedOperator> table = {
       {"_index_put_impl_", ignoringCount<checkIndexPutArguments>},
       {"masked_fill_.Scalar", ignoringCount<checkMaskedFillArguments>},
       {"masked_fill_.Tensor", ignoringCount<checkMaskedFillArguments>},
@@ -286,7 +318,8 @@ const std::vector<std::pair<const char*, Check>>& checks() {
       {"addbmm", checkAddbmmArguments},
       {"addbmm_", checkAddbmmArguments},
       {"addbmm.out", checkAddbmmArguments},
-      {"native_group_norm", ignoringCount<checkGroupNormArguments>},
+      {"native_group_norm", ignoringCount<checkGroupNormArguments>, groupNormResultDtypes},
+      {"native_group_norm_backward", noCheck, groupNormBackwardResultDtypes},
       {"binary_cross_entropy", ignoringCount<checkBinaryCrossEntropyArguments>},
       {"searchsorted.Tensor", checkSearchsortedArguments},
       {"searchsorted.Tensor_out", checkSearchsortedArguments},
@@ -297,20 +330,24 @@ const std::vector<std::pair<const char*, Check>>& checks() {
 // The fallback behind an operator's checks; each registration holds its own
 // check, so a call looks nothing up.
 struct CheckedFallback final : c10::OperatorKernel {
-  explicit CheckedFallback(Check check) : check(check) {}
+  explicit CheckedFallback(const CheckedOperator& entry) : entry(entry) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-    check(argumentsOf(op, stack), op.schema().arguments().size());
+    const IValue* args = argumentsOf(op, stack);
+    entry.check(args, op.schema().arguments().size());
+    if (entry.resultDtypes)
+      if (const auto dtypes = entry.resultDtypes(args))
+        return fallbackWithResultDtypes(op, stack, *dtypes);
     fallback(op, stack);
   }
-  const Check check;
+  const CheckedOperator entry;
 };
 
 }  // namespace
 
 void registerCheckedFallbacks(torch::Library& m) {
-  for (const auto& [name, check] : checks())
-    m.impl(name, torch::CppFunction::makeFromBoxedKernel(
-                     c10::BoxedKernel::makeFromFunctor(std::make_unique<CheckedFallback>(check))));
+  for (const CheckedOperator& entry : checkedOperators())
+    m.impl(entry.name, torch::CppFunction::makeFromBoxedKernel(
+                           c10::BoxedKernel::makeFromFunctor(std::make_unique<CheckedFallback>(entry))));
 }
 
 void convolutionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {

@@ -50,6 +50,12 @@ void record_stream(at::Tensor& self, c10::Stream stream);
 
 // Fallback.cpp: every operator without a native kernel
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The same for a call whose CPU kernel returns fresh results of other dtypes
+// than its Meta kernel says, where the fallback's probe cannot run the kernel
+// to learn them (size arguments that the probe's shapes do not match):
+// `dtypes` has one entry per returned tensor.
+void fallbackWithResultDtypes(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                              const std::vector<at::ScalarType>& dtypes);
 // NestedFallback.cpp: a nested tensor's host copy moved to the device.
 at::Tensor nestedOnDevice(const at::Tensor& nested, c10::Device device);
 

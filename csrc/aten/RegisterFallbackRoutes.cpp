@@ -25,6 +25,9 @@
 //    searchsorted (registerCheckedFallbacks): their Meta kernels leave argument checks
 //    to the CPU kernel, where they would fail the stream instead of raising
 //    at the call, as CUDA does.
+//  - native_group_norm, native_group_norm_backward (registerCheckedFallbacks):
+//    with float32 parameters for a reduced-precision input, their Meta kernels
+//    give some results other dtypes than the CPU kernels.
 //  - mse_loss, smooth_l1_loss: the composite kernel calls the .out op with the
 //    reduced 0-dim output, and the CPU .out kernel first sizes it elementwise,
 //    warning about resizing a non-empty out= on every call.

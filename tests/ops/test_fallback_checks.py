@@ -302,3 +302,20 @@ _OUT_DTYPE_TAKEN = {
 def test_out_of_another_dtype_the_cpu_takes(name):
     _same_results(_OUT_DTYPE_TAKEN[name])
     _stream_still_works()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_group_norm_of_a_reduced_precision_input_with_float32_parameters(dtype):
+    # Valid on the CPU, which keeps the statistics (and the weight's and
+    # bias's gradients) in float32 and the input's gradient in its dtype;
+    # Meta says otherwise for both directions.
+    def call(d):
+        x = _randn(2, 4, 3, dtype=dtype, device=d).requires_grad_()
+        w = _randn(4, device=d).requires_grad_()
+        b = _randn(4, device=d).requires_grad_()
+        out, mean, rstd = torch.native_group_norm(x.detach(), w.detach(), b.detach(), 2, 4, 3, 2, 1e-5)
+        y = torch.nn.functional.group_norm(x, 2, w, b)
+        y.sum().backward()
+        return out, mean, rstd, y, x.grad, w.grad, b.grad
+    _same_results(call)
+    _stream_still_works()
