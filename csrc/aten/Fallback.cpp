@@ -12,8 +12,9 @@
 // the current stream is synchronised and the CPU implementation runs on the
 // host thread, as CUDA synchronises for such operators.
 //
-// Random operators get the CPU generator that carries the openreg generator's
-// state, so seeds reproduce CPU numbers.
+// Random operators draw from a CPU generator made from the openreg generator's
+// (seed, offset) at launch (OpenRegGenerator.h), as CUDA's kernels draw from
+// Philox at (seed, offset): the first random op after seeding equals the CPU's.
 //
 // Where Meta and the CPU kernel disagree (output shape/dtype, or argument
 // checks only the CPU kernel makes), SyncOnlyOps sends the op down the
@@ -743,6 +744,7 @@ void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t n
   launchKernel(getCurrentStream(device.index()), std::move(kernel), originals, writes);
 }
 
+// The index in call.converted of the converted argument `t`, or -1.
 int convertedIndexOf(const PreparedCall& call, const at::Tensor& t) {
   for (size_t j = 0; j < call.converted.size(); ++j)
     if (call.converted[j].unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return static_cast<int>(j);
@@ -847,7 +849,6 @@ void runCached(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n
   for (auto& r : results) stack->push_back(std::move(r));
 }
 
-// The index in call.converted of the converted argument `t`, or -1.
 // A pointwise op's CPU (and CUDA) kernel resizes an out= argument to the
 // layout TensorIterator computes from the inputs (a transposed or
 // channels-last input gives a like-laid-out result); some Meta kernels (Python
