@@ -75,8 +75,16 @@ def main(argv=None) -> None:
     if int(count) < args.devices:
         env["OPENREG_DEVICE_COUNT"] = str(args.devices)
     if args.nodes == 1:
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
         from torch.distributed.run import main as torchrun
-        torchrun(["--standalone", f"--nproc-per-node={args.devices}", _train_script(), *train_args])
+        try:
+            torchrun(["--standalone", f"--nproc-per-node={args.devices}", _train_script(), *train_args])
+        except ChildFailedError as e:
+            # The ranks printed their errors; torchrun's traceback through its
+            # own frames and failure table would bury them.
+            failed = ", ".join(f"rank {r} (exit code {f.exitcode})" for r, f in sorted(e.failures.items()))
+            print(f"openreg-run: training failed: {failed}; the error is above", file=sys.stderr)
+            sys.exit(1)
         return
     sys.exit(_run_nodes(args.nodes, args.devices, train_args))
 

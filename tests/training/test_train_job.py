@@ -398,6 +398,20 @@ def test_unwritable_output_directory_fails_before_training(tmp_path, option, whe
 
 
 @pytest.mark.timeout(120)
+def test_failed_rank_ends_the_launcher_in_one_line(tmp_path):
+    # A rank's own error (here OOM at a 1 MiB device) is the message; torchrun's
+    # traceback and failure table are not repeated after it.
+    r = run([sys.executable, "-m", "openreg.launcher", "--devices", "2", *TINY, "--steps", "2",
+             "--out-dir", str(tmp_path / "out")], timeout=90,
+            env=dict(os.environ, OMP_NUM_THREADS="1", OPENREG_DEVICE_MEMORY="1MiB"))
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "torch.OutOfMemoryError: openreg out of memory" in r.stderr, r.stderr[-3000:]
+    assert r.stderr.rstrip().splitlines()[-1] == \
+        "openreg-run: training failed: rank 0 (exit code 1), rank 1 (exit code 1); the error is above"
+    assert "ChildFailedError" not in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.timeout(120)
 def test_checkpoint_dir_alone_saves_at_the_end(tmp_path):
     ckpt = tmp_path / "ckpt"
     r = run([sys.executable, TRAIN, *TINY, "--steps", "3", "--checkpoint-dir", str(ckpt),
