@@ -204,3 +204,23 @@ def sync_batch_norm(rank, n):
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_sync_batch_norm_matches_the_whole_batch(tmp_path, world_size):
     spawn(sync_batch_norm, world_size, tmp_path, timeout=150)
+
+
+def runtime_stats(rank, n):
+    import warnings
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    net = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64).to(dev))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            net(torch.randn(32, 64, device=dev)).square().sum().backward()
+    assert not [w for w in caught if "Time stats" in str(w.message)], [str(w.message) for w in caught]
+    stats = net._get_ddp_logging_data()
+    # Device times, from the registered PrivateUse1 timer's events (ns).
+    for key in ("avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time"):
+        assert isinstance(stats.get(key), int) and stats[key] > 0, (key, stats.get(key))
+
+
+def test_ddp_runtime_stats_are_timed_on_the_device(tmp_path):
+    spawn(runtime_stats, 2, tmp_path)
