@@ -134,6 +134,7 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                     " for a group of ", size);
   const auto timeout = options_->timeout;
   storePrefix_ = attemptPrefix(store, rank, size, timeout);
+  store_ = store;
   const std::string& prefix = storePrefix_;
   // A rank that fails to set up its part (a bad OREG_CCL_SOCKET_IFNAME, no
   // shared memory) says so under `failed`, and the ranks waiting for its keys
@@ -203,6 +204,46 @@ int OregBackend::sanitizerLaneOf(c10d::OpType type, int peer) {
   return it->second;
 }
 
+// Two ranks of a host on one device (a script that never calls set_device,
+// so every rank uses "openreg", i.e. openreg:0) share one GPU on a real node,
+// where NCCL refuses them ("Duplicate GPU detected"); each openreg process
+// has devices of its own, so nothing else would show the mistake. At its
+// first collective on device tensors a rank publishes its device in the
+// store; until it has seen every local peer's, each device collective
+// compares the ones present (no waiting: the last of two to publish finds
+// the clash, and fails the group for both).
+void OregBackend::checkDistinctDevice(int device) {
+  if (deviceCheckDone_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> g(deviceCheckMutex_);
+  const auto key = [this](int r) { return storePrefix_ + "device/" + std::to_string(r); };
+  if (postedDevice_ < 0) {
+    postedDevice_ = device;
+    for (int r : topology_.localRanks())
+      if (r != getRank()) devicePeersUnseen_.push_back(r);
+    if (!devicePeersUnseen_.empty()) {
+      const std::string mine = std::to_string(device);
+      store_->set(key(getRank()), std::vector<uint8_t>(mine.begin(), mine.end()));
+    }
+  }
+  for (auto it = devicePeersUnseen_.begin(); it != devicePeersUnseen_.end();) {
+    if (!store_->check({key(*it)})) {
+      ++it;
+      continue;
+    }
+    const auto theirs = store_->get(key(*it));
+    if (std::string(theirs.begin(), theirs.end()) == std::to_string(postedDevice_)) {
+      const std::string why = c10::str(
+          "oreg_ccl: Duplicate device detected: rank ", getRank(), " and rank ", *it,
+          " both on openreg:", postedDevice_, " (ranks of a host need a device each, as on a "
+          "GPU node: call torch.openreg.set_device(local_rank) before using \"openreg\")");
+      transport_->cancel(why, /*propagate=*/true);
+      OREG_CCL_THROW(why);
+    }
+    it = devicePeersUnseen_.erase(it);
+  }
+  if (devicePeersUnseen_.empty()) deviceCheckDone_.store(true, std::memory_order_release);
+}
+
 c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::string& name,
                                                   const std::string& desc,
                                                   const std::vector<at::Tensor>& inputs,
@@ -232,6 +273,8 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                          "collective on tensor not on device passed to init_process_group (",
                          t.device(), ", bound to ", *bound, ")");
       }
+
+  if (device >= 0) checkDistinctDevice(device);
 
   // A coalesced group's work makes one device's stream wait (as NCCL, which
   // refuses groups over several devices): parts on another would be unordered.

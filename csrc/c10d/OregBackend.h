@@ -262,6 +262,14 @@ class OregBackend final : public c10d::Backend {
   c10::intrusive_ptr<Options> options_;
   Topology topology_;  // which ranks share a host
   std::string storePrefix_;  // unique to this incarnation of the group (see attemptPrefix)
+  c10::intrusive_ptr<c10d::Store> store_;  // the group's, for keys under storePrefix_
+  // NCCL's "Duplicate GPU detected" (checkDistinctDevice): the local peers
+  // whose device this rank has not compared with its own yet.
+  std::mutex deviceCheckMutex_;
+  int postedDevice_ = -1;                  // GUARDED_BY(deviceCheckMutex_)
+  std::vector<int> devicePeersUnseen_;     // GUARDED_BY(deviceCheckMutex_)
+  std::atomic<bool> deviceCheckDone_{false};
+  void checkDistinctDevice(int device);
   std::shared_ptr<Transport> transport_;
   uint64_t seq_ = 0;  // collectives issued (caller thread)
   // What on the callers' streams needs no marker kernel (see StreamOrder.h).

@@ -399,6 +399,11 @@ def unopenable_peer_memory(rank, n):
     ins = [make(r, (n * 700_001,), torch.float32, 3 + r) for r in range(n)]
     expected = reference(ins, "SUM", torch.float32)
     t = ins[rank].to(dev)
+    # The group's first device collectives compare the ranks' devices through
+    # the store, which opens files: done before the limit below.
+    for _ in range(2):
+        dist.all_reduce(torch.ones(1, device=dev))
+        dist.barrier()
     limits = resource.getrlimit(resource.RLIMIT_NOFILE)
     before = info()
     try:

@@ -186,6 +186,31 @@ def test_tensor_on_another_device_than_device_id(tmp_path):
     spawn(bound_device_mixup, 2, tmp_path, init={"device_id": True})
 
 
+def shared_device(rank, n, hosts):
+    # No set_device: every rank's "openreg" is openreg:0. On one host that is
+    # two ranks on one GPU, which NCCL refuses; on two hosts it is fine.
+    t = torch.ones(4, device="openreg")
+    if hosts == 2:
+        dist.all_reduce(t)
+        assert t.cpu().tolist() == [2.0] * 4
+        return
+
+    def issue():
+        for _ in range(3):
+            dist.all_reduce(t)
+        torch.openreg.synchronize()
+
+    start = time.monotonic()
+    expect_dist_error(issue, "Duplicate device detected", "both on openreg:0", "set_device(local_rank)")
+    assert time.monotonic() - start < 10  # not the 30 s timeout
+    os._exit(0)  # skip destroy: the group is broken
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_two_ranks_of_a_host_on_one_device(tmp_path, hosts):
+    spawn(shared_device, 2, tmp_path, hosts, host_of=(0, 1) if hosts == 2 else None)
+
+
 def timeouts(rank, n):
     g = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=2))
     if rank == 0:
