@@ -476,14 +476,23 @@ struct ProbeKey {
 constexpr int64_t kLargestProbedInt = 4096;
 std::optional<ProbeKey> probeKey(const c10::OperatorHandle& op, const IValue* args, size_t num_args) {
   const auto& schema = op.schema();
-  if (op.hasTag(at::Tag::nondeterministic_seeded)) return std::nullopt;
+  // A random op is probed only if it takes a generator, which the probe
+  // replaces with a throwaway one (runOnProbes): without one, its CPU kernel
+  // would draw from the process's CPU generator.
+  const auto& arguments = schema.arguments();
+  if (op.hasTag(at::Tag::nondeterministic_seeded) &&
+      std::none_of(arguments.begin(), arguments.end(), ArgumentConverter::isGeneratorArg))
+    return std::nullopt;
   ProbeKey k;
   k.key = std::to_string(reinterpret_cast<uintptr_t>(&op.operator_name()));
   bool has_tensor = false;
   auto small = [&](int64_t v) { return v >= -kLargestProbedInt && v <= kLargestProbedInt; };
   for (size_t i = 0; i < num_args; ++i) {
     const IValue& a = args[i];
-    if (ArgumentConverter::isGeneratorArg(schema.arguments()[i])) return std::nullopt;
+    if (ArgumentConverter::isGeneratorArg(schema.arguments()[i])) {
+      k.key.push_back('G');
+      continue;
+    }
     if (a.isInt()) {
       if (!small(a.toInt())) return std::nullopt;
       k.key += 'i' + std::to_string(a.toInt());  // dims and dtypes select kernels
@@ -526,6 +535,8 @@ torch::jit::Stack runOnProbes(const c10::OperatorHandle& op, const IValue* args,
   for (size_t i = 0; i < num_args; ++i) {
     if (args[i].isDevice()) {
       probe.emplace_back(c10::Device(c10::kCPU));
+    } else if (ArgumentConverter::isGeneratorArg(schema.arguments()[i])) {
+      probe.emplace_back(at::make_generator<at::CPUGeneratorImpl>());  // the real one untouched
     } else if (schema.arguments()[i].is_out()) {
       probe.push_back(mapTensors(args[i], outOf));
     } else {
@@ -538,9 +549,10 @@ torch::jit::Stack runOnProbes(const c10::OperatorHandle& op, const IValue* args,
 }
 
 // The dtype check of the op's CPU kernel, on the host (DispatchProbe.h), keyed
-// by the op and its arguments' dtype signature. Not probed: random ops (the
-// probe would draw numbers), ops without tensor arguments, and ops with a
-// large integer argument (a size: the probe would allocate what it says).
+// by the op and its arguments' dtype signature. Not probed: random ops
+// without a generator argument (the probe would draw from the CPU's
+// generator), ops without tensor arguments, and ops with a large integer
+// argument (a size: the probe would allocate what it says).
 // Returns the dtypes of the probe's results (kept per signature with the
 // verdict), nullopt if no probe ran or the probe failed without a verdict.
 struct FallbackSite {};

@@ -319,3 +319,22 @@ def test_group_norm_of_a_reduced_precision_input_with_float32_parameters(dtype):
         return out, mean, rstd, y, x.grad, w.grad, b.grad
     _same_results(call)
     _stream_still_works()
+
+
+def test_random_op_dtype_refused_at_the_call_without_drawing():
+    # The dispatch probe runs random ops that take a generator with a
+    # throwaway one: the CPU's error at the call, no number drawn from the
+    # CPU's generator or the device's.
+    with pytest.raises(NotImplementedError) as cpu:
+        torch.poisson(torch.ones(4, dtype=torch.int64))
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    state = torch.openreg.get_rng_state()
+    with pytest.raises(NotImplementedError) as dev:
+        torch.poisson(torch.ones(4, dtype=torch.int64, device="openreg"))
+    assert str(dev.value) == str(cpu.value)
+    torch.openreg.synchronize()
+    assert torch.equal(torch.openreg.get_rng_state(), state)
+    assert torch.equal(torch.rand(3), expected)
+    _stream_still_works()
