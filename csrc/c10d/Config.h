@@ -1,34 +1,8 @@
-// Every environment knob of oreg_ccl, declared once (read at first use); the
-// two host settings at the end are read where the topology and the bind
-// address are worked out (Topology.cpp, BindAddress.cpp).
-//
-//   OREG_CCL_RING_BYTES      per-pair collective ring in shared memory   (default 1 MiB)
-//   OREG_CCL_P2P_RING_BYTES  per-pair send/recv ring                     (default 256 KiB)
-//   OREG_CCL_SPIN_US         busy-poll time before sleeping in a futex   (default 50 us, or
-//                            2 us when the group has more ranks than the machine has cores)
-//   OREG_CCL_SINGLE_COPY_BYTES  messages of at least this size (send/recv: only those that do
-//                            not fit the p2p ring) between ranks of
-//                            one host are read straight from the sender's memory
-//                            (process_vm_readv) instead of passing through the ring
-//                            (default 256 KiB; 0 = never)
-//   OREG_CCL_PEER_MAPPING    a single-copy payload in openreg device memory is copied out of
-//                            the sender's device memory mapped into the receiver (the
-//                            driver's IPC handles) instead of process_vm_readv (default 1;
-//                            0 = never)
-//   OREG_CCL_STREAMING_COPY_BYTES  payloads of messages at least this large are copied with
-//                            non-temporal stores (Copy.h)                (default 8 MiB; 0 = never)
-//   OREG_CCL_ONESHOT_BYTES   the small/large split of the algorithms     (default 64 KiB):
-//                            allreduce at or below it is one-shot, above it reduce-scatter +
-//                            all-gather; reduce above it on 3+ ranks is reduce-scatter +
-//                            gather; across hosts, allreduce above it takes the column
-//                            ring and gather/scatter blocks above it go direct
-//   OREG_CCL_ZMQ_CHUNK_BYTES messages between hosts travel in chunks of this size, so the
-//                            receiver reduces one while the next is on the wire
-//                            (default 512 KiB; the same on every rank)
-//   OREG_CCL_ZMQ_IO_THREADS  libzmq I/O threads per group: one receives, the others send
-//                            (default 2; 1 = one thread does both)
-//   OREG_CCL_HOST_ID         this process's host identity (simulated hosts; Topology.h)
-//   OREG_CCL_SOCKET_IFNAME   the network interface the ZeroMQ transport binds (BindAddress.h)
+// Every environment knob of oreg_ccl, read here once (at first use), except the
+// host identity and network interface (OREG_CCL_HOST_ID, OREG_CCL_SOCKET_IFNAME),
+// read where the topology and the bind address are worked out (Topology.cpp,
+// BindAddress.cpp). What each means and its default: README.md, "Environment
+// variables" (the one description of them).
 #pragma once
 
 #include <algorithm>
