@@ -65,7 +65,7 @@ def main(argv=None) -> None:
     try:
         checkpoint = train.checkpoint_error(parsed)
     except SystemExit as e:  # an unreadable checkpoint pointer
-        parser.error(str(e))
+        parser.error(str(e).removeprefix("train.py: "))
     if checkpoint:
         parser.error(checkpoint)
     env = os.environ

@@ -370,6 +370,7 @@ def test_damaged_checkpoint_fails_in_one_line_naming_the_file(tiny_checkpoint, t
     errors = [line for line in r.stderr.splitlines() if "Warning" not in line
               and not line.startswith(("  return", "usage:"))]
     assert len(errors) == 1 and str(culprit) in errors[0], r.stderr[-3000:]
+    assert "error: train.py:" not in r.stderr, r.stderr[-3000:]  # the launcher's own prefix only
 
 
 @pytest.mark.timeout(120)
