@@ -77,39 +77,59 @@ def rows(quick):
                timeit(lambda: m_dev @ m_dev, sync, iters=iters, warmup=1, min_time=0.5), "throughput")
 
 
-def train_step_rows():
-    """One AdamW training step of the small GPT (launch/models/gpt.py), same settings on both."""
+def step_time(device, sanitize=False):
+    """Seconds per AdamW training step of the small GPT (launch/models/gpt.py) on `device`."""
     import os
     import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from models.gpt import GPT, GPTConfig
 
-    def make(device):
-        torch.manual_seed(0)
-        model = GPT(GPTConfig()).to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
-        x = torch.randint(0, 256, (16, 64)).to(device)
-        y = torch.randint(0, 256, (16, 64)).to(device)
+    torch.manual_seed(0)
+    model = GPT(GPTConfig()).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    x = torch.randint(0, 256, (16, 64)).to(device)
+    y = torch.randint(0, 256, (16, 64)).to(device)
 
-        def step():
-            _, loss = model(x, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        return step
+    def step():
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
 
-    cpu = timeit(make("cpu"), iters=3, warmup=2, min_time=1.0)
-    dev = timeit(make("openreg"), torch.openreg.synchronize, iters=3, warmup=2, min_time=1.0)
-    yield ("GPT training step (AdamW)", cpu, dev, "2 layers, d=128, batch 16x64")
-    with torch.openreg.sanitizer.enabled():
-        checked = timeit(make("openreg"), torch.openreg.synchronize, iters=3, warmup=2, min_time=1.0)
-    yield ("  same, race checker on", cpu, checked, "OPENREG_SANITIZER=1")
+    sync = torch.openreg.synchronize if device == "openreg" else None
+    if sanitize:
+        torch.openreg.sanitizer.enable()
+    return timeit(step, sync, iters=3, warmup=2, min_time=1.0)
+
+
+def train_step_rows():
+    """The training step, each side in a fresh process: once a process has run
+    parallel kernels on two threads (the host's and a stream worker's), libgomp
+    sees more OpenMP threads than cores and stops spinning between parallel
+    regions, which slows every later small-op workload in it, CPU eager's too
+    (measured: 24 -> 38 ms per step for CPU eager after one openreg add)."""
+    import subprocess
+    import sys
+
+    def fresh(*args):
+        out = subprocess.run([sys.executable, __file__, "--step", *args], check=True,
+                             capture_output=True, text=True).stdout
+        return float(out.split()[-1])
+
+    cpu = fresh("cpu")
+    yield ("GPT training step (AdamW)", cpu, fresh("openreg"), "2 layers, d=128, batch 16x64")
+    yield ("  same, race checker on", cpu, fresh("openreg", "--sanitize"), "OPENREG_SANITIZER=1")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="skip the 4096 matmul")
+    parser.add_argument("--step", choices=["cpu", "openreg"], help=argparse.SUPPRESS)
+    parser.add_argument("--sanitize", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.step:  # one side of the training-step rows, in its own process
+        print(step_time(args.step, args.sanitize))
+        return
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}")
     print(f"# {'operation':<32}{'CPU':>13}{'openreg':>13}{'openreg/CPU':>13}  note")
     import itertools

@@ -2,6 +2,10 @@
 
 #include <c10/core/TensorImpl.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
@@ -66,6 +70,47 @@ at::Tensor allocateOutput(at::IntArrayRef sizes, at::IntArrayRef strides,
   return at::detail::empty_strided_generic(sizes, strides, getCachingAllocator(), kKeys, dtype);
 }
 
+namespace {
+
+// The contiguous byte runs a view touches, when there are at most kMaxRuns of
+// them: two views that interleave (x[:, 0] and x[:, 1], x[::2] and x[1::2],
+// .real and .imag) then touch no common byte for the race checker. More runs
+// than that count as the bytes the view spans (the checker keeps a segment
+// per run).
+constexpr int64_t kMaxRuns = 256;
+
+void addRuns(const at::Tensor& t, const char* begin, bool write, const char* what,
+             std::vector<orAccess>& out) {
+  const int64_t item = t.itemsize();
+  const int64_t span = at::detail::computeStorageNbytes(t.sizes(), t.strides(), item);
+  // Dimensions that step through memory, innermost first (size-1 and
+  // broadcast dimensions touch no other bytes).
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) in elements
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1 && t.stride(d) != 0) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  // The innermost dimensions that are dense make one run.
+  int64_t run = 1;
+  size_t outer = 0;
+  while (outer < dims.size() && dims[outer].first == run) run *= dims[outer++].second;
+  int64_t runs = 1;
+  for (size_t d = outer; d < dims.size(); ++d) runs *= dims[d].second;
+  const bool overlapping = outer < dims.size() && dims[outer].first < run;  // not one-to-one
+  if (runs == 1 || runs > kMaxRuns || overlapping) {
+    out.push_back({begin, static_cast<size_t>(span), write, what});
+    return;
+  }
+  std::vector<int64_t> index(dims.size(), 0);
+  for (int64_t r = 0; r < runs; ++r) {
+    int64_t offset = 0;
+    for (size_t d = outer; d < dims.size(); ++d) offset += index[d] * dims[d].first;
+    out.push_back({begin + offset * item, static_cast<size_t>(run * item), write, what});
+    for (size_t d = outer; d < dims.size() && ++index[d] == dims[d].second; ++d) index[d] = 0;
+  }
+}
+
+}  // namespace
+
 std::vector<orAccess> accessesOf(const std::vector<at::Tensor>& reads,
                                  const std::vector<at::Tensor>& writes) {
   const char* what = launchingOpName();  // tracked once the checker is on (Module.cpp)
@@ -74,12 +119,9 @@ std::vector<orAccess> accessesOf(const std::vector<at::Tensor>& reads,
   for (const auto* list : {&reads, &writes}) {
     for (const auto& t : *list) {
       if (!isOpenReg(t) || t.numel() == 0) continue;
-      // The bytes its elements span: a view's, not its whole storage's.
       const auto* begin =
           static_cast<const char*>(t.storage().data()) + t.storage_offset() * t.itemsize();
-      accesses.push_back(
-          {begin, at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize()),
-           /*write=*/list == &writes, what});
+      addRuns(t, begin, /*write=*/list == &writes, what, accesses);
     }
   }
   return accesses;
