@@ -130,8 +130,9 @@ def worker(rank, n, store_dir, sizes, queue, hosts, names, device):
     gloo = dist.new_group(backend="gloo")
     ours = dist.group.WORLD
     on_device = device == "openreg"
-    if on_device:
-        torch.openreg.set_device(rank % torch.openreg.device_count())
+    if on_device:  # a device per rank of a host (main() provides enough)
+        host = rank * hosts // n
+        torch.openreg.set_device(sum(1 for r in range(rank) if r * hosts // n == host))
     no_sync = lambda: None  # noqa: E731
     rows = []
     for name in names:
@@ -182,6 +183,11 @@ def main():
         s *= 8
     sizes.append(hi)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Each rank of a simulated host needs a device of its own (oreg_ccl refuses
+    # two ranks of a host on one device, as NCCL does).
+    per_host = max(-(-n // args.hosts) for n in args.world_sizes)
+    if int(os.environ.get("OPENREG_DEVICE_COUNT", "8")) < per_host:
+        os.environ["OPENREG_DEVICE_COUNT"] = str(per_host)
     ctx = mp.get_context("spawn")
     copy_bw = memcpy_gbps()
     print(f"# memcpy bandwidth (64 MiB, 1 thread, median of 5): {copy_bw:.2f} GB/s")
@@ -192,6 +198,14 @@ def main():
             procs = [ctx.Process(target=worker, args=(r, *work)) for r in range(n)]
             for pr in procs:
                 pr.start()
+            while queue.empty():  # a rank that died must not leave us waiting
+                dead = [r for r, pr in enumerate(procs) if pr.exitcode not in (None, 0)]
+                if dead:
+                    for pr in procs:
+                        pr.kill()
+                    raise SystemExit(f"bench_collectives: world size {n}: rank {dead[0]} failed "
+                                     f"(exit code {procs[dead[0]].exitcode}); its error is above")
+                time.sleep(0.2)
             rows = queue.get()
             for pr in procs:
                 pr.join()

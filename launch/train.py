@@ -20,25 +20,29 @@ import time
 from contextlib import nullcontext
 
 
-def die_with_parent():
-    """Under a launcher (RANK set), have Linux SIGKILL this rank when its parent exits:
-    torchrun starts each rank in a session of its own, so a SIGKILLed torchrun (or
-    openreg-run, or its process group) would otherwise leave the ranks training."""
-    if "RANK" not in os.environ or not sys.platform.startswith("linux"):
-        return
+def _libc():
     import ctypes
-    parent = os.getppid()
-    libc = ctypes.CDLL(None, use_errno=True)
+    return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+_LIBC = _libc()  # loaded here, not in a forked child (openreg-run's agents' preexec_fn)
+
+
+def tie_to_parent(sig, parent):
+    """Have Linux send `sig` to this process when its parent (pid `parent`) exits,
+    SIGKILLed included: torchrun starts each rank in a session of its own, so a
+    SIGKILLed torchrun (or openreg-run, or its process group) would otherwise
+    leave ranks training. Used by ranks and by openreg-run's --nodes agents."""
     PR_SET_PDEATHSIG = 1
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        return  # not allowed here (a seccomp filter): run as before
+    if _LIBC is None or _LIBC.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+        return  # not Linux, or not allowed here (a seccomp filter): run as before
     # A parent that exited before prctl() took effect sends no signal: we were reparented.
     if os.getppid() != parent:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), sig)
 
 
-if __name__ == "__main__":
-    die_with_parent()  # before `import torch` (a second or more): the launcher may die meanwhile
+if __name__ == "__main__" and "TORCHELASTIC_RUN_ID" in os.environ:  # a torchrun rank
+    tie_to_parent(signal.SIGKILL, os.getppid())  # before `import torch`: a second or more
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402

@@ -86,7 +86,7 @@ def main(argv=None) -> None:
             print(f"openreg-run: training failed: {failed}; the error is above", file=sys.stderr)
             sys.exit(1)
         return
-    sys.exit(_run_nodes(args.nodes, args.devices, train_args))
+    sys.exit(_run_nodes(args.nodes, args.devices, train_args, train))
 
 
 def free_port() -> int:
@@ -104,24 +104,18 @@ def _wait(processes, timeout: float) -> None:
             pass
 
 
-def _agent_preexec(parent: int):
+def _agent_preexec(parent: int, train):
     """A Popen preexec_fn for an agent. Its own process group: a terminal's Ctrl-C reaches this
     process alone, which passes it on, so each agent gets it once (a second SIGINT would cut
     torchrun's shutdown of its ranks short). And SIGTERM (torchrun then stops its ranks) when
     `parent` exits, SIGKILLed included: nothing else would stop it then."""
     def preexec():
         os.setpgid(0, 0)
-        if not sys.platform.startswith("linux"):
-            return
-        import ctypes
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # it exited before prctl() took effect
-            os._exit(128 + signal.SIGTERM)
+        train.tie_to_parent(signal.SIGTERM, parent)
     return preexec
 
 
-def _run_nodes(nodes: int, devices: int, train_args) -> int:
+def _run_nodes(nodes: int, devices: int, train_args, train) -> int:
     """One torchrun agent per simulated host; the first failure stops them all."""
     port = free_port()
     agents = []
@@ -130,7 +124,7 @@ def _run_nodes(nodes: int, devices: int, train_args) -> int:
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
                f"--node-rank={node}", f"--nproc-per-node={devices}", "--master-addr=127.0.0.1",
                f"--master-port={port}", _train_script(), *train_args]
-        agents.append(subprocess.Popen(cmd, env=env, preexec_fn=_agent_preexec(os.getpid())))
+        agents.append(subprocess.Popen(cmd, env=env, preexec_fn=_agent_preexec(os.getpid(), train)))
     failed = 0
 
     # SIGTERM / SIGHUP (a scheduler, a closed terminal) stop the agents too:

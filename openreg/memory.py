@@ -114,8 +114,9 @@ def empty_cache() -> None:
 # blocks of power-of-two sizes are kept for reuse, as CUDA's are.
 
 def host_memory_stats_as_nested_dict() -> dict:
-    """The pinned allocator's statistics, as torch.cuda.host_memory_stats_as_nested_dict()."""
-    return _C._host_memory_stats() if is_initialized() else {}
+    """The pinned allocator's statistics, as torch.cuda.host_memory_stats_as_nested_dict()
+    (pinning needs no device: unlike the device's, these count before initialisation)."""
+    return _C._host_memory_stats()
 
 
 def host_memory_stats() -> "OrderedDict[str, Any]":

@@ -485,6 +485,9 @@ std::optional<ProbeKey> probeKey(const c10::OperatorHandle& op, const IValue* ar
     return std::nullopt;
   ProbeKey k;
   k.key = std::to_string(reinterpret_cast<uintptr_t>(&op.operator_name()));
+  // The default dtype picks some results' dtypes (angle of an int tensor), as
+  // in the inference cache's key.
+  k.key.push_back(static_cast<char>(c10::typeMetaToScalarType(c10::get_default_dtype())));
   bool has_tensor = false;
   auto small = [&](int64_t v) { return v >= -kLargestProbedInt && v <= kLargestProbedInt; };
   for (size_t i = 0; i < num_args; ++i) {

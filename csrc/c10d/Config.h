@@ -40,6 +40,7 @@ struct Config {
   size_t streamingCopyBytes = envCount("OREG_CCL_STREAMING_COPY_BYTES", 8 << 20);
   size_t oneShotBytes = envCount("OREG_CCL_ONESHOT_BYTES", 64 << 10);
   size_t zmqChunkBytes = envCount("OREG_CCL_ZMQ_CHUNK_BYTES", 512 << 10);
+  bool deviceCheck = envCount("OREG_CCL_DEVICE_CHECK", 1) != 0;
   int zmqIoThreads =
       static_cast<int>(std::clamp<size_t>(envCount("OREG_CCL_ZMQ_IO_THREADS", 2), 1, 16));
   // -1: choose from the group size (spinning only pays when every rank has a core).

@@ -209,12 +209,26 @@ int OregBackend::sanitizerLaneOf(c10d::OpType type, int peer) {
 // where NCCL refuses them ("Duplicate GPU detected"); each openreg process
 // has devices of its own, so nothing else would show the mistake. At its
 // first collective on device tensors a rank publishes its device in the
-// store; until it has seen every local peer's, each device collective
-// compares the ones present (no waiting: the last of two to publish finds
-// the clash, and fails the group for both).
+// store and compares the local peers' already there (no waiting: the last
+// of two to publish finds the clash, and fails the group for both). Peers
+// not there yet are looked for again at the 2nd, 4th, 8th, ... device
+// collective, up to the 2^16th: a peer that never publishes (it passes CPU
+// tensors in this group) costs a handful of store round trips, not one per
+// call. OREG_CCL_DEVICE_CHECK=0 turns the check off (scripts that give each
+// rank "openreg:0" on purpose, as CUDA_VISIBLE_DEVICES setups give cuda:0).
 void OregBackend::checkDistinctDevice(int device) {
   if (deviceCheckDone_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> g(deviceCheckMutex_);
+  if (!config().deviceCheck) {
+    deviceCheckDone_.store(true, std::memory_order_release);
+    return;
+  }
+  const uint64_t call = ++deviceChecks_;
+  if (postedDevice_ >= 0 && (call & (call - 1)) != 0) return;  // not a power of two
+  if (call > (uint64_t{1} << 16)) {
+    deviceCheckDone_.store(true, std::memory_order_release);
+    return;
+  }
   const auto key = [this](int r) { return storePrefix_ + "device/" + std::to_string(r); };
   if (postedDevice_ < 0) {
     postedDevice_ = device;

@@ -267,6 +267,7 @@ class OregBackend final : public c10d::Backend {
   // whose device this rank has not compared with its own yet.
   std::mutex deviceCheckMutex_;
   int postedDevice_ = -1;                  // GUARDED_BY(deviceCheckMutex_)
+  uint64_t deviceChecks_ = 0;              // GUARDED_BY(deviceCheckMutex_): calls so far
   std::vector<int> devicePeersUnseen_;     // GUARDED_BY(deviceCheckMutex_)
   std::atomic<bool> deviceCheckDone_{false};
   void checkDistinctDevice(int device);

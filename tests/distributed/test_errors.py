@@ -190,7 +190,7 @@ def shared_device(rank, n, hosts):
     # No set_device: every rank's "openreg" is openreg:0. On one host that is
     # two ranks on one GPU, which NCCL refuses; on two hosts it is fine.
     t = torch.ones(4, device="openreg")
-    if hosts == 2:
+    if hosts == 2 or os.environ.get("OREG_CCL_DEVICE_CHECK") == "0":
         dist.all_reduce(t)
         assert t.cpu().tolist() == [2.0] * 4
         return
@@ -206,9 +206,11 @@ def shared_device(rank, n, hosts):
     os._exit(0)  # skip destroy: the group is broken
 
 
-@pytest.mark.parametrize("hosts", [1, 2])
-def test_two_ranks_of_a_host_on_one_device(tmp_path, hosts):
-    spawn(shared_device, 2, tmp_path, hosts, host_of=(0, 1) if hosts == 2 else None)
+@pytest.mark.parametrize("hosts,check", [(1, "1"), (2, "1"), (1, "0")],
+                         ids=["one-host", "two-hosts", "check-off"])
+def test_two_ranks_of_a_host_on_one_device(tmp_path, hosts, check):
+    spawn(shared_device, 2, tmp_path, hosts, host_of=(0, 1) if hosts == 2 else None,
+          env={"OREG_CCL_DEVICE_CHECK": check})
 
 
 def timeouts(rank, n):

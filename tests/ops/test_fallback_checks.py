@@ -338,3 +338,19 @@ def test_random_op_dtype_refused_at_the_call_without_drawing():
     assert torch.equal(torch.openreg.get_rng_state(), state)
     assert torch.equal(torch.rand(3), expected)
     _stream_still_works()
+
+
+def test_default_dtype_change_after_a_call_keeps_results_as_the_cpus():
+    # The probe's result dtypes are kept per default dtype, as inferences are.
+    x = torch.tensor([1, -2, 3], device="openreg")
+    assert torch.angle(x).dtype == torch.float32
+    torch.openreg.synchronize()
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        r = torch.angle(x)
+        assert r.dtype == torch.angle(x.cpu()).dtype == torch.float64
+        assert torch.equal(r.cpu(), torch.angle(x.cpu()))
+    finally:
+        torch.set_default_dtype(previous)
+    _stream_still_works()

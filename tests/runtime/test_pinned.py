@@ -83,7 +83,6 @@ def test_pinned_blocks_are_cached_and_reused_after_their_copies(python):
     # handed out again, but not while a queued copy still reads it.
     r = python("""
         import torch
-        torch.ones(1, device="openreg")  # host_memory_stats() reports once initialised
         torch.openreg.reset_accumulated_host_memory_stats()
         a = torch.empty(1000).pin_memory()
         base = a.data_ptr()
