@@ -289,6 +289,16 @@ def start_training(marker, *launcher_args):
     raise AssertionError(f"the job never trained (exit code {code})")
 
 
+def kill_training(launcher, marker):
+    """What of a start_training job is still running, killed."""
+    import signal
+    for pid in job_processes(marker):
+        os.kill(pid, signal.SIGKILL)
+    if launcher.poll() is None:
+        launcher.kill()
+    launcher.stdout.close()
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("nodes,target", [(1, "launcher"), (2, "launcher"), (2, "group")])
 def test_sigkilled_launcher_takes_its_ranks_along(tmp_path, nodes, target):
@@ -315,11 +325,7 @@ def test_sigkilled_launcher_takes_its_ranks_along(tmp_path, nodes, target):
         leftovers = [p for pid in job for p in glob.glob(f"/dev/shm/oreg_ccl_*_{pid}_*")]
         assert leftovers == []
     finally:
-        for pid in job_processes(marker):
-            os.kill(pid, signal.SIGKILL)
-        if launcher.poll() is None:
-            launcher.kill()
-        launcher.stdout.close()
+        kill_training(launcher, marker)
 
 
 @pytest.fixture(scope="module")
@@ -485,8 +491,4 @@ def test_sigint_stops_every_simulated_host(tmp_path, target):
             time.sleep(0.1)
         assert job_processes(marker) == [], "agents or ranks outlived the launcher"
     finally:
-        for pid in job_processes(marker):
-            os.kill(pid, signal.SIGKILL)
-        if launcher.poll() is None:
-            launcher.kill()
-        launcher.stdout.close()
+        kill_training(launcher, marker)
