@@ -106,7 +106,7 @@ def _wait(processes, timeout: float) -> None:
 
 def _agent_preexec(parent: int, train):
     """A Popen preexec_fn for an agent. Its own process group: a terminal's Ctrl-C reaches this
-    process alone, which passes it on, so each agent gets it once (a second SIGINT would cut
+    process alone, which stops each agent once (a SIGINT from the terminal as well would cut
     torchrun's shutdown of its ranks short). And SIGTERM (torchrun then stops its ranks) when
     `parent` exits, SIGKILLed included: nothing else would stop it then."""
     def preexec():
@@ -141,24 +141,21 @@ def _run_nodes(nodes: int, devices: int, train_args, train) -> int:
                 break
             time.sleep(0.2)
     except KeyboardInterrupt:
-        # A Ctrl-C or a SIGINT sent to this process alone: the agents (process groups of their
-        # own) stop their ranks on SIGINT as torchrun does on a Ctrl-C.
+        # A Ctrl-C or a SIGINT sent to this process alone (the agents have process groups of
+        # their own). They get SIGTERM, which torchrun passes on to its ranks: a rank blocked
+        # in a collective or a stream wait dies at once, where a SIGINT would wait until it
+        # returns to Python, and its peer on the other host until then too.
         failed = 128 + signal.SIGINT
-        for a in agents:
-            if a.poll() is None:
-                a.send_signal(signal.SIGINT)
-        _wait(agents, timeout=10)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for a in agents:
             if a.poll() is None:
                 a.terminate()
+        _wait(agents, timeout=30)  # one deadline for all: Ctrl-C ends in bounded time
         for a in agents:
-            try:
-                a.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                a.kill()
+            if a.poll() is None:
+                a.kill()  # its ranks die with it (PR_SET_PDEATHSIG)
                 a.wait()
     # The first agent that failed decides (the others got our SIGTERM).
     return abs(failed) if failed else max(abs(a.returncode) for a in agents)

@@ -275,8 +275,12 @@ def start_training(marker, *launcher_args):
     import subprocess
     cmd = [sys.executable, "-m", "openreg.launcher", *launcher_args, "--steps", "1000000000",
            *TINY, "--out-dir", marker]
+    # SIGINT as a terminal's job has it: a suite started in the background of a script
+    # (`cmd &`) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt.
+    import signal
     launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+                                env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     for line in launcher.stdout:
         if line.startswith("step"):
             # Keep reading: a full pipe would block the job's logging, and so its shutdown.
