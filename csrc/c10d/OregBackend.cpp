@@ -251,7 +251,7 @@ void OregBackend::checkDistinctDevice(int device) {
           " both on openreg:", postedDevice_, " (ranks of a host need a device each, as on a "
           "GPU node: call torch.openreg.set_device(local_rank) before using \"openreg\")");
       transport_->cancel(why, /*propagate=*/true);
-      OREG_CCL_THROW(why);
+      OREG_CCL_THROW(why, globalRanksNote());
     }
     it = devicePeersUnseen_.erase(it);
   }
@@ -274,7 +274,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   std::string failure = transport_->failure();
   if (!failure.empty())
     OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
-                   " on a process group that already failed: ", failure);
+                   " on a process group that already failed: ", failure, globalRanksNote());
   int device = readyDevice;
   const auto bound = getBoundDeviceId();  // init_process_group(device_id=...)
   for (const auto* list : {&inputs, &outputs})
@@ -627,11 +627,11 @@ void OregBackend::sweepInFlight() {
 
 // Errors name ranks of this group (as NCCL's do); in a subgroup (new_group,
 // a DeviceMesh dimension) the user thinks in global ranks, so say which is which.
-std::exception_ptr OregBackend::withGlobalRanks(std::exception_ptr e) const {
+std::string OregBackend::globalRanksNote() const {
   const auto& global = options_->global_ranks_in_group;
   bool identity = true;
   for (size_t i = 0; i < global.size(); ++i) identity = identity && global[i] == i;
-  if (identity) return e;
+  if (identity) return "";
   const std::string& desc = getGroupDesc();
   std::string note = c10::str(" [process group ", getGroupUid(),
                               desc.empty() || desc == "undefined" ? "" : " (" + desc + ")",
@@ -640,7 +640,12 @@ std::exception_ptr OregBackend::withGlobalRanks(std::exception_ptr e) const {
   for (size_t i = 0; i < std::min(global.size(), kShown); ++i)
     note += (i ? ", " : "") + std::to_string(global[i]);
   note += global.size() > kShown ? ", ...]" : "]";
-  return distError(messageOf(e) + note);
+  return note;
+}
+
+std::exception_ptr OregBackend::withGlobalRanks(std::exception_ptr e) const {
+  const std::string note = globalRanksNote();
+  return note.empty() ? e : distError(messageOf(e) + note);
 }
 
 void OregBackend::failAll(std::exception_ptr error) {

@@ -238,6 +238,8 @@ class OregBackend final : public c10d::Backend {
       c10d::OpType type, c10::function_ref<c10::intrusive_ptr<c10d::Work>()> issue);
   c10::intrusive_ptr<c10d::Work> sendImpl(std::vector<at::Tensor>& tensors, int dstRank, int tag);
   void failAll(std::exception_ptr error);
+  // For a subgroup's errors: " [process group 2 (desc): its ranks 0-1 are global ranks 2, 3]".
+  std::string globalRanksNote() const;
   std::exception_ptr withGlobalRanks(std::exception_ptr e) const;
   c10::intrusive_ptr<c10d::Work> recvImpl(std::vector<at::Tensor>& tensors, int srcRank, int tag,
                                           std::chrono::milliseconds timeout);

@@ -329,8 +329,12 @@ def large_messages(rank, n, single_copy, peer_mapping=False):
             # itself (a shared copy); let it show once. Only if it wakes while
             # a peer still copies: give a loaded machine time.
             deadline = time.monotonic() + 20
+            # On device memory, wait for what is asserted below: a chunk written
+            # through the mapping (a shared copy may also go by process_vm_writev).
+            key = ("peer_mapped_written" if device.type == "openreg" and peer_mapping
+                   else "shared_chunks_written")
             while True:
-                chunks = info_of()["shared_chunks_written"] - before["shared_chunks_written"]
+                chunks = info_of()[key] - before[key]
                 shown = torch.tensor([int(rank == 0 and chunks > 0),
                                       int(time.monotonic() > deadline)])
                 dist.all_reduce(shown, op=ReduceOp.MAX)

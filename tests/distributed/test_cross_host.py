@@ -431,6 +431,9 @@ def killed_in_subgroups(rank, n, tmp):
     if rank == 1:
         expect_dist_error(lambda: dist.all_reduce(torch.ones(2), group=across),
                           "rank 1 (tcp://", "its ranks 0-1 are global ranks 1, 3]")
+        # A later call fails on the caller's thread, naming them too.
+        expect_dist_error(lambda: dist.all_reduce(torch.ones(2), group=across),
+                          "already failed", "its ranks 0-1 are global ranks 1, 3]")
     if rank == 2:
         expect_dist_error(lambda: dist.all_reduce(torch.ones(2), group=within),
                           "rank 1 (pid", "(within_host_1): its ranks 0-1 are global ranks 2, 3]")
