@@ -10,6 +10,15 @@ def _stream_still_works():
     assert (torch.ones(2, device="openreg") + 1).tolist() == [2.0, 2.0]
 
 
+def _raises_as_on_the_cpu(error, call):
+    """call("openreg") raises what call("cpu") raises, in the same words."""
+    with pytest.raises(error) as cpu:
+        call("cpu")
+    with pytest.raises(error) as dev:
+        call("openreg")
+    assert str(dev.value) == str(cpu.value)
+
+
 def _amp_update_args(device, scale_dtype=torch.float32, tracker_dtype=torch.int32, inf_dtype=torch.float32, n=1):
     return (torch.full((n,), 1024.0, dtype=scale_dtype, device=device),
             torch.zeros(1, dtype=tracker_dtype, device=device),
@@ -60,11 +69,7 @@ def test_fused_adamw_rejects_an_unsupported_dtype_at_the_call():
         torch._fused_adamw_(ints(), ints(), ints(), ints(), [], [torch.tensor(1.0, device=device)],
                             lr=0.1, beta1=0.9, beta2=0.99, weight_decay=0.0, eps=1e-8,
                             amsgrad=False, maximize=False)
-    with pytest.raises(NotImplementedError) as cpu:
-        call("cpu")
-    with pytest.raises(NotImplementedError) as dev:
-        call("openreg")
-    assert str(dev.value) == str(cpu.value)
+    _raises_as_on_the_cpu(NotImplementedError, call)
     _stream_still_works()
 
 
@@ -189,11 +194,7 @@ def test_segment_reduce_of_float_lengths_raises_at_the_call():
     # kernel's dtype dispatch; the one with ones reaches it.
     def call(d):
         torch.segment_reduce(torch.arange(6.0, device=d), "sum", lengths=torch.tensor([3.0, 3.0], device=d))
-    with pytest.raises(NotImplementedError) as cpu:
-        call("cpu")
-    with pytest.raises(NotImplementedError) as dev:
-        call("openreg")
-    assert str(dev.value) == str(cpu.value)
+    _raises_as_on_the_cpu(NotImplementedError, call)
     _stream_still_works()
     lengths = torch.tensor([2, 4], device="openreg")
     assert torch.segment_reduce(torch.arange(6.0, device="openreg"), "sum", lengths=lengths).tolist() == [1.0, 14.0]
