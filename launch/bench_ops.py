@@ -103,11 +103,8 @@ def step_time(device, sanitize=False):
 
 
 def train_step_rows():
-    """The training step, each side in a fresh process: once a process has run
-    parallel kernels on two threads (the host's and a stream worker's), libgomp
-    sees more OpenMP threads than cores and stops spinning between parallel
-    regions, which slows every later small-op workload in it, CPU eager's too
-    (measured: 24 -> 38 ms per step for CPU eager after one openreg add)."""
+    """The training step, each side in a fresh process, so that neither inherits the
+    other's OpenMP teams, allocator caches or warmed-up kernels."""
     import subprocess
     import sys
 

@@ -8,6 +8,8 @@
 #include <c10/util/Exception.h>
 #include <c10/util/ScopeExit.h>
 
+#include "OpenMPThreads.h"
+
 #include <cmath>
 #include <iterator>
 
@@ -121,6 +123,7 @@ bool isScalarConversionError(std::string_view message) {
 }  // namespace
 
 std::optional<Rejection> runProbe(const std::function<void()>& probe) {
+  SerialOpenMP serial;  // tiny tensors: waking a team would cost more
   DropWarnings drop;
   c10::WarningUtils::WarningHandlerGuard silence(&drop);
   try {
@@ -142,6 +145,7 @@ std::optional<Rejection> runProbe(const std::function<void()>& probe) {
 }
 
 void checkShapes(const std::function<void()>& probe) {
+  SerialOpenMP serial;  // tiny tensors: waking a team would cost more
   DropWarnings drop;
   c10::WarningUtils::WarningHandlerGuard silence(&drop);
   try {

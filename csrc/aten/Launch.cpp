@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 
@@ -14,6 +15,7 @@
 #include "../runtime/OpenRegException.h"
 #include "../runtime/OpenRegStream.h"
 #include "LaunchingOp.h"
+#include "OpenMPThreads.h"
 
 namespace openreg {
 
@@ -127,9 +129,20 @@ std::vector<orAccess> accessesOf(const std::vector<at::Tensor>& reads,
   return accesses;
 }
 
+namespace {
+// Whether the kernel is big enough for at::parallel_for to start a team.
+bool mayParallelise(const std::vector<at::Tensor>& reads, const std::vector<at::Tensor>& writes) {
+  for (const auto* list : {&reads, &writes})
+    for (const auto& t : *list)
+      if (t.numel() > at::internal::GRAIN_SIZE) return true;
+  return reads.empty() && writes.empty();  // not declared: assume so
+}
+}  // namespace
+
 void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
                   const std::vector<at::Tensor>& reads, const std::vector<at::Tensor>& writes) {
   orStream raw = rawStream(stream);
+  if (mayParallelise(reads, writes)) releaseOpenMPTeamForLaunch();  // see OpenMPThreads.h
   // Only the race checker reads the accesses.
   orError error = orLaunchKernel(raw, std::move(kernel),
                                  orSanitizerEnabled() ? accessesOf(reads, writes)

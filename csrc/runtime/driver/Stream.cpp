@@ -63,6 +63,11 @@ using Clock = std::chrono::steady_clock;
 // cores 2-3% faster than with 2000 polls, the later ones yielding).
 constexpr int kSpinIterations = 100;
 constexpr int kWorkerSpinIterations = 200;
+// How long a worker waits for work before it calls the idle hook: far longer
+// than a host's gaps between launches in a training loop, so what the hook
+// frees is not rebuilt at every step.
+constexpr auto kIdleBeforeHook = std::chrono::milliseconds(50);
+void (*g_idle_hook)() = nullptr;
 
 std::mutex g_registry_mutex;
 std::vector<orStream> g_streams;  // GUARDED_BY g_registry_mutex; for orDeviceSynchronize
@@ -80,7 +85,13 @@ void orStream_st::run() {
     {
       std::unique_lock<std::mutex> lock(mutex);
       if (ran) finished.push_back(std::move(ran));
-      work_cv.wait(lock, [&] { return !queue.empty(); });
+      auto has_work = [&] { return !queue.empty(); };
+      if (g_idle_hook && !work_cv.wait_for(lock, kIdleBeforeHook, has_work)) {
+        lock.unlock();
+        g_idle_hook();
+        lock.lock();
+      }
+      work_cv.wait(lock, has_work);
       kernel = std::move(queue.front());
       queue.pop_front();
       pending.fetch_sub(1, std::memory_order_relaxed);
@@ -116,6 +127,8 @@ void orStream_st::waitFor(uint64_t seq) {
     done_cv.wait(lock);
   }
 }
+
+void orSetStreamIdleHook(void (*hook)()) { g_idle_hook = hook; }
 
 orError orStreamCreate(int device, orStream* stream) {
   OR_RETURN_IF_FORKED();

@@ -1,0 +1,61 @@
+"""Who holds OpenMP threads (csrc/aten/OpenMPThreads.cpp): libgomp stops spinning
+between parallel regions once a process holds more OpenMP threads than cores, so
+the host thread and a stream worker must not both keep a team. Counted by thread
+names: a team's threads take the name of the thread that started it."""
+
+
+def test_launching_thread_and_idle_worker_release_their_teams(python):
+    r = python("""
+        import os, time, torch, openreg
+
+        def named(name):
+            return sum(open(f"/proc/self/task/{t}/comm").read().strip() == name
+                       for t in os.listdir("/proc/self/task"))
+
+        def eventually(cond, timeout=10.0):
+            end = time.monotonic() + timeout
+            while not cond() and time.monotonic() < end:
+                time.sleep(0.01)
+            return cond()
+
+        host = open("/proc/self/comm").read().strip()
+        before = named(host)
+        a = torch.randn(1 << 20)
+        (a + 1).sum()
+        assert named(host) == before + 1, "the host's CPU op started no OpenMP team"
+
+        x = a.to("openreg")  # a blocking copy to an idle stream: the host copies
+        y = (x * 2).sum()    # a launch big enough to parallelise: the host gives its team up
+        assert named(host) == before, "the launching thread kept its OpenMP team"
+        torch.openreg.synchronize()
+        assert named("oreg_stream_0") == 2, "the kernel ran without a team"
+        assert eventually(lambda: named("oreg_stream_0") == 1), "the idle worker kept its team"
+
+        # Teams restart on demand, and results stay right.
+        assert torch.allclose(y.cpu(), a.sum() * 2)
+        assert torch.allclose((x + 1).cpu(), a + 1)
+        print("ok")
+    """, env={"OMP_NUM_THREADS": "2"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def test_dispatch_probes_start_no_team(python):
+    # Probes run CPU kernels on tiny tensors on the host (layer_norm's opens a
+    # parallel region at any size): they must not leave the host a team.
+    r = python("""
+        import os, torch, openreg
+
+        def named(name):
+            return sum(open(f"/proc/self/task/{t}/comm").read().strip() == name
+                       for t in os.listdir("/proc/self/task"))
+
+        host = open("/proc/self/comm").read().strip()
+        before = named(host)
+        x = torch.randn(4, 8, device="openreg")
+        torch.nn.functional.layer_norm(x, (8,)).cpu()
+        torch.nn.functional.gelu(x).cpu()
+        print(named(host) - before)
+    """, env={"OMP_NUM_THREADS": "2"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"
