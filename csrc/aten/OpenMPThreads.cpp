@@ -4,13 +4,26 @@
 // libtorch_cpu already loaded (linking a libgomp here could bring a second).
 #include <omp.h>
 
+#include <pthread.h>
+
+#include <atomic>
 #include <chrono>
 
 #include "../runtime/driver/Driver.h"
 
 namespace openreg {
 
-void releaseOpenMPTeam() { omp_pause_resource_all(omp_pause_soft); }
+namespace {
+// A fork's child inherits its thread's OpenMP pool but not the pool's
+// threads: pausing it would wait for them forever.
+std::atomic<bool> g_in_forked_child{false};
+const int kAtForkSet = pthread_atfork(nullptr, nullptr, [] { g_in_forked_child = true; });
+}  // namespace
+
+void releaseOpenMPTeam() {
+  if (g_in_forked_child.load(std::memory_order_relaxed)) return;
+  omp_pause_resource_all(omp_pause_soft);
+}
 
 void releaseOpenMPTeamForLaunch() {
   using Clock = std::chrono::steady_clock;

@@ -59,3 +59,23 @@ def test_dispatch_probes_start_no_team(python):
     """, env={"OMP_NUM_THREADS": "2"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "0"
+
+
+def test_forked_child_launches_without_waiting_for_the_parents_team(python):
+    # A fork's child inherits its thread's OpenMP pool without the pool's
+    # threads: releasing that team there would wait for them forever.
+    r = python("""
+        import os, time, torch, openreg
+        a = torch.randn(1 << 20)
+        (a + 1).sum()          # the host has a team; openreg is not initialised yet
+        time.sleep(0.2)        # past the launch-release interval
+        pid = os.fork()
+        if pid == 0:
+            x = torch.ones(1 << 20, device="openreg")
+            ok = (x * 2).sum().item() == 2 * (1 << 20)
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """, env={"OMP_NUM_THREADS": "2"}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"
