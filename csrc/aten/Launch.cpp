@@ -7,7 +7,6 @@
 #include <vector>
 
 #include <ATen/EmptyTensor.h>
-#include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
 
@@ -129,20 +128,10 @@ std::vector<orAccess> accessesOf(const std::vector<at::Tensor>& reads,
   return accesses;
 }
 
-namespace {
-// Whether the kernel is big enough for at::parallel_for to start a team.
-bool mayParallelise(const std::vector<at::Tensor>& reads, const std::vector<at::Tensor>& writes) {
-  for (const auto* list : {&reads, &writes})
-    for (const auto& t : *list)
-      if (t.numel() > at::internal::GRAIN_SIZE) return true;
-  return reads.empty() && writes.empty();  // not declared: assume so
-}
-}  // namespace
-
 void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
                   const std::vector<at::Tensor>& reads, const std::vector<at::Tensor>& writes) {
   orStream raw = rawStream(stream);
-  if (mayParallelise(reads, writes)) releaseOpenMPTeamForLaunch();  // see OpenMPThreads.h
+  releaseOpenMPTeamForLaunch();  // the device computes now (OpenMPThreads.h)
   // Only the race checker reads the accesses.
   orError error = orLaunchKernel(raw, std::move(kernel),
                                  orSanitizerEnabled() ? accessesOf(reads, writes)

@@ -6,23 +6,24 @@
 
 #include <pthread.h>
 
-#include <atomic>
 #include <chrono>
+
+#include <ATen/Parallel.h>
 
 #include "../runtime/driver/Driver.h"
 
 namespace openreg {
 
 namespace {
-// A fork's child inherits its thread's OpenMP pool but not the pool's
-// threads: pausing it would wait for them forever.
-std::atomic<bool> g_in_forked_child{false};
-const int kAtForkSet = pthread_atfork(nullptr, nullptr, [] { g_in_forked_child = true; });
+// In a fork's child, the thread that forked keeps its OpenMP pool but not the
+// pool's threads: pausing it would wait for them forever. (The child's own
+// new threads have pools of their own.)
+thread_local bool t_pool_from_parent = false;
+const int kAtForkSet = pthread_atfork(nullptr, nullptr, [] { t_pool_from_parent = true; });
 }  // namespace
 
 void releaseOpenMPTeam() {
-  if (g_in_forked_child.load(std::memory_order_relaxed)) return;
-  omp_pause_resource_all(omp_pause_soft);
+  if (!t_pool_from_parent) omp_pause_resource_all(omp_pause_soft);
 }
 
 void releaseOpenMPTeamForLaunch() {
@@ -34,7 +35,9 @@ void releaseOpenMPTeamForLaunch() {
   releaseOpenMPTeam();
 }
 
-SerialOpenMP::SerialOpenMP() : threads_(omp_get_max_threads()) { omp_set_num_threads(1); }
+// at::get_num_threads first gives the thread PyTorch's setting (torch.set_num_threads)
+// if it has not run an ATen parallel region yet: restored on exit.
+SerialOpenMP::SerialOpenMP() : threads_(at::get_num_threads()) { omp_set_num_threads(1); }
 
 SerialOpenMP::~SerialOpenMP() { omp_set_num_threads(threads_); }
 

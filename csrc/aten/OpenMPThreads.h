@@ -9,11 +9,13 @@
 // small kernel (measured on 2 cores: a 128K-float add 7 -> 90 us, a small GPT
 // training step 20 -> 31 ms; CPU eager ops after any device kernel 8 -> 75
 // us). So one side gives its team up when the other computes:
-//  - a thread that launches a kernel big enough to parallelise releases its
-//    team (the device computes);
+//  - a thread that launches a kernel releases its team (the device computes);
 //  - a stream worker idle for 50 ms releases its team (the host computes);
 //  - dispatch probes run their tiny CPU kernels on one thread, never waking a team.
-// Not more often: a team started while another thread's team is idle waits
+// Never in a fork's child on the thread that forked (its pool's threads stayed
+// in the parent; a child forked before openreg was loaded, which takes
+// TORCH_DEVICE_BACKEND_AUTOLOAD=0, is not recognised, and hangs there as any
+// CPU parallel op of that thread would). Not more often: a team started while another thread's team is idle waits
 // for cores that team's threads spin on (up to milliseconds), so a program
 // that alternates short CPU and device phases keeps both teams.
 #pragma once
@@ -21,8 +23,8 @@
 namespace openreg {
 
 // Releases the calling thread's OpenMP team (omp_pause_resource_all). Cheap
-// when it has none; a no-op inside a parallel region. The next parallel
-// region of this thread starts a new team.
+// when it has none; a no-op inside a parallel region, and on a fork's child's
+// forking thread. The next parallel region of this thread starts a new team.
 void releaseOpenMPTeam();
 
 // releaseOpenMPTeam at most once per 100 ms per thread, so a host that

@@ -25,10 +25,12 @@ def test_launching_thread_and_idle_worker_release_their_teams(python):
         assert named(host) == before + 1, "the host's CPU op started no OpenMP team"
 
         x = a.to("openreg")  # a blocking copy to an idle stream: the host copies
-        y = (x * 2).sum()    # a launch big enough to parallelise: the host gives its team up
+        y = (x * 2).sum()    # a launch: the host gives its team up
         assert named(host) == before, "the launching thread kept its OpenMP team"
+        # Queue work for seconds: the worker is busy (not idle) while its team is counted.
+        busy = [x * 3 for _ in range(20)] + [torch.openreg._sleep(3000)]
+        assert eventually(lambda: named("oreg_stream_0") == 2), "the kernels ran without a team"
         torch.openreg.synchronize()
-        assert named("oreg_stream_0") == 2, "the kernel ran without a team"
         assert eventually(lambda: named("oreg_stream_0") == 1), "the idle worker kept its team"
 
         # Teams restart on demand, and results stay right.
@@ -72,10 +74,36 @@ def test_forked_child_launches_without_waiting_for_the_parents_team(python):
         pid = os.fork()
         if pid == 0:
             x = torch.ones(1 << 20, device="openreg")
-            ok = (x * 2).sum().item() == 2 * (1 << 20)
-            os._exit(0 if ok else 3)
+            if (x * 2).sum().item() != 2 * (1 << 20):
+                os._exit(3)
+            # The child's own worker still gives its team up when idle.
+            names = lambda: [open(f"/proc/self/task/{t}/comm").read().strip()
+                             for t in os.listdir("/proc/self/task")]
+            end = time.monotonic() + 10
+            while names().count("oreg_stream_0") != 1 and time.monotonic() < end:
+                time.sleep(0.01)
+            os._exit(0 if names().count("oreg_stream_0") == 1 else 4)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status))
     """, env={"OMP_NUM_THREADS": "2"}, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "0"
+
+
+def test_probes_keep_the_threads_torch_set_num_threads_gave(python):
+    # A probe can be a thread's first ATen parallel region, where PyTorch
+    # applies torch.set_num_threads to the thread: that setting must survive it.
+    r = python("""
+        import threading, torch, openreg
+        torch.set_num_threads(1)
+        x = torch.randn(64, 256, device="openreg")
+        seen = []
+        def first_op_is_probed():
+            torch.nn.functional.layer_norm(x, (256,))
+            seen.append(torch.get_num_threads())
+        t = threading.Thread(target=first_op_is_probed)
+        t.start(); t.join()
+        print(seen)
+    """, env={"OMP_NUM_THREADS": "2"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[1]"
