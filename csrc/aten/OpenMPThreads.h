@@ -15,9 +15,10 @@
 // Never in a fork's child on the thread that forked (its pool's threads stayed
 // in the parent; a child forked before openreg was loaded, which takes
 // TORCH_DEVICE_BACKEND_AUTOLOAD=0, is not recognised, and hangs there as any
-// CPU parallel op of that thread would). Not more often: a team started while another thread's team is idle waits
-// for cores that team's threads spin on (up to milliseconds), so a program
-// that alternates short CPU and device phases keeps both teams.
+// CPU parallel op of that thread would). Not more often: a team started while
+// another thread's team is idle waits for the cores that team's threads spin
+// on (up to milliseconds), so a program that alternates short CPU and device
+// phases keeps both teams.
 #pragma once
 
 namespace openreg {

@@ -113,9 +113,9 @@ struct orAccess {
 // Streams are created once and live as long as the process (like CUDA's pools).
 orError orStreamCreate(int device, orStream* stream);
 // Called on a stream's worker thread when it has had no work for 50 ms,
-// before it sleeps: the layer above frees per-thread resources
-// its kernels hold (the ATen layer: the thread's OpenMP team). Set once,
-// before the first stream is created.
+// before it sleeps: the layer above frees per-thread resources its kernels
+// hold (the ATen layer: the thread's OpenMP team). Set once, before the first
+// stream is created.
 void orSetStreamIdleHook(void (*hook)());
 // Queue `kernel` on `stream`; returns before it runs.
 orError orLaunchKernel(orStream stream, std::function<void()> kernel,
