@@ -56,8 +56,10 @@
 //      host go direct; those for other hosts meet at the host's first rank
 //      and cross as one message per pair of hosts (H (H-1) network messages
 //      instead of n (n - L)); the far host's first rank hands them out. The
-//      bytes crossing are the same either way, so larger blocks, and uneven
-//      splits (whose sizes only the two ends know), go direct.
+//      bytes crossing are the same either way, so larger blocks go direct.
+//      Uneven splits go direct too: only a block's two ends know its size,
+//      so for every rank to pick the same path they would first need an
+//      agreement round, which costs about what the leaders save.
 //  The other collectives use the direct algorithms above on the routed
 //  transport (each message takes shared memory or the network by destination).
 #pragma once
