@@ -593,18 +593,17 @@ std::optional<c10::OperatorHandle> functionalVariant(const c10::OperatorHandle& 
   // Leaked, as the dispatcher's operators they name: used until exit.
   static auto* variants =
       new std::unordered_map<const c10::OperatorName*, std::optional<c10::OperatorHandle>>();
-  static auto* overloads = new std::unordered_map<std::string, std::vector<std::string>>();
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = variants->find(&op.operator_name()); it != variants->end()) return it->second;
-  if (overloads->empty())
-    for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames())
-      (*overloads)[name.name].push_back(name.overload_name);
   std::vector<const c10::Argument*> inputs;
   for (const c10::Argument& a : op.schema().arguments())
     if (!a.is_out()) inputs.push_back(&a);
   std::optional<c10::OperatorHandle> match;
-  for (const std::string& overload : (*overloads)[op.schema().name()]) {
-    auto candidate = c10::Dispatcher::singleton().findSchema({op.schema().name(), overload});
+  // The overloads registered now (once per out= operator): a library loaded
+  // after the first out= call has its functional variants found too.
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name != op.schema().name()) continue;
+    auto candidate = c10::Dispatcher::singleton().findSchema(name);
     if (!candidate || candidate->schema().is_mutable()) continue;
     const auto& arguments = candidate->schema().arguments();
     bool same = arguments.size() == inputs.size();

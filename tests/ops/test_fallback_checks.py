@@ -355,3 +355,30 @@ def test_default_dtype_change_after_a_call_keeps_results_as_the_cpus():
     finally:
         torch.set_default_dtype(previous)
     _stream_still_works()
+
+
+def test_out_dtype_of_an_operator_registered_after_the_first_out_call():
+    # The functional variant that tells which out= dtypes the CPU kernel wants
+    # is looked up among the operators registered at the call, not at the
+    # first out= call of the process (torch.sort's here).
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float"):
+        torch.sort(_X("openreg"), out=(_out(_F64, "openreg"), _out(_L, "openreg")))
+    lib = torch.library.Library("openreg_late_test", "DEF")
+    lib.define("scale(Tensor x) -> Tensor")
+    lib.define("scale.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)")
+
+    def scale_out(x, *, out):
+        if out.dtype != x.dtype:  # what a CPU kernel checks and Meta does not
+            raise RuntimeError(f"Expected out tensor to have dtype {x.dtype}, but got {out.dtype} instead")
+        return out.resize_(x.shape).copy_(x * 2)
+
+    lib.impl("scale", lambda x: x * 2, "CPU")
+    lib.impl("scale.out", scale_out, "CPU")
+    lib.impl("scale", lambda x: torch.empty_like(x), "Meta")
+    lib.impl("scale.out", lambda x, *, out: out.resize_(x.shape), "Meta")
+    x = _X("openreg")
+    with pytest.raises(RuntimeError, match="but got torch.float64 instead"):
+        torch.ops.openreg_late_test.scale.out(x, out=_out(_F64, "openreg"))
+    _stream_still_works()
+    result = torch.ops.openreg_late_test.scale.out(x, out=_out(torch.float32, "openreg"))
+    torch.testing.assert_close(result.cpu(), x.cpu() * 2)
