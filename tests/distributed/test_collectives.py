@@ -410,6 +410,7 @@ def unopenable_peer_memory(rank, n):
         dist.barrier()
     limits = resource.getrlimit(resource.RLIMIT_NOFILE)
     before = info()
+    held = []
     try:
         if rank == 1:
             # Out of file descriptors: opening rank 0's device memory fails,
@@ -417,10 +418,19 @@ def unopenable_peer_memory(rank, n):
             lowest_free = os.dup(0)
             os.close(lowest_free)
             resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, limits[1]))
+            # And below it: a descriptor another thread closed since (a
+            # passing one) would otherwise be free for the opening.
+            try:
+                while True:
+                    held.append(os.dup(0))
+            except OSError:
+                pass
         dist.all_reduce(t)
         torch.openreg.synchronize()
         middle = info()
     finally:  # before anything imports or opens a file (a failure's report too)
+        for fd in held:
+            os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, limits)
     check(t, expected, "allreduce, peer memory not mapped")
     if rank == 0:  # the messages did go through mapped memory where it could be opened
