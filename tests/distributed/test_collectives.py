@@ -410,27 +410,21 @@ def unopenable_peer_memory(rank, n):
         dist.barrier()
     limits = resource.getrlimit(resource.RLIMIT_NOFILE)
     before = info()
-    held = []
     try:
         if rank == 1:
             # Out of file descriptors: opening rank 0's device memory fails,
-            # as it would when the process is at its limit.
-            lowest_free = os.dup(0)
-            os.close(lowest_free)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, limits[1]))
-            # And below it: a descriptor another thread closed since (a
-            # passing one) would otherwise be free for the opening.
-            try:
-                while True:
-                    held.append(os.dup(0))
-            except OSError:
-                pass
+            # as it would when the process is at its limit. A limit of 3
+            # leaves no number to allocate beyond stdin/stdout/stderr, not
+            # even one another thread frees meanwhile (at the lowest free
+            # number, the retry a second into a slow collective once found one).
+            resource.setrlimit(resource.RLIMIT_NOFILE, (3, limits[1]))
+        # Rank 0 sends only once rank 1 is at its limit: rank 1's transport
+        # opens a sender's memory as soon as a message's header arrives.
+        dist.barrier()
         dist.all_reduce(t)
         torch.openreg.synchronize()
         middle = info()
     finally:  # before anything imports or opens a file (a failure's report too)
-        for fd in held:
-            os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, limits)
     check(t, expected, "allreduce, peer memory not mapped")
     if rank == 0:  # the messages did go through mapped memory where it could be opened
