@@ -3,10 +3,9 @@ between parallel regions once a process holds more OpenMP threads than cores, so
 the host thread and a stream worker must not both keep a team. Counted by thread
 names: a team's threads take the name of the thread that started it."""
 
-
-def test_launching_thread_and_idle_worker_release_their_teams(python):
-    r = python("""
-        import os, time, torch, openreg
+# Prepended to each test's script: thread counts by name, and waiting for one.
+_COUNTING = """
+        import os, time
 
         def named(name):
             return sum(open(f"/proc/self/task/{t}/comm").read().strip() == name
@@ -17,6 +16,13 @@ def test_launching_thread_and_idle_worker_release_their_teams(python):
             while not cond() and time.monotonic() < end:
                 time.sleep(0.01)
             return cond()
+"""
+
+
+
+def test_launching_thread_and_idle_worker_release_their_teams(python):
+    r = python(_COUNTING + """
+        import torch, openreg
 
         host = open("/proc/self/comm").read().strip()
         before = named(host)
@@ -45,12 +51,8 @@ def test_launching_thread_and_idle_worker_release_their_teams(python):
 def test_dispatch_probes_start_no_team(python):
     # Probes run CPU kernels on tiny tensors on the host (layer_norm's opens a
     # parallel region at any size): they must not leave the host a team.
-    r = python("""
-        import os, torch, openreg
-
-        def named(name):
-            return sum(open(f"/proc/self/task/{t}/comm").read().strip() == name
-                       for t in os.listdir("/proc/self/task"))
+    r = python(_COUNTING + """
+        import torch, openreg
 
         host = open("/proc/self/comm").read().strip()
         before = named(host)
@@ -66,8 +68,8 @@ def test_dispatch_probes_start_no_team(python):
 def test_forked_child_launches_without_waiting_for_the_parents_team(python):
     # A fork's child inherits its thread's OpenMP pool without the pool's
     # threads: releasing that team there would wait for them forever.
-    r = python("""
-        import os, time, torch, openreg
+    r = python(_COUNTING + """
+        import torch, openreg
         a = torch.randn(1 << 20)
         (a + 1).sum()          # the host has a team; openreg is not initialised yet
         time.sleep(0.2)        # past the launch-release interval
@@ -77,12 +79,7 @@ def test_forked_child_launches_without_waiting_for_the_parents_team(python):
             if (x * 2).sum().item() != 2 * (1 << 20):
                 os._exit(3)
             # The child's own worker still gives its team up when idle.
-            names = lambda: [open(f"/proc/self/task/{t}/comm").read().strip()
-                             for t in os.listdir("/proc/self/task")]
-            end = time.monotonic() + 10
-            while names().count("oreg_stream_0") != 1 and time.monotonic() < end:
-                time.sleep(0.01)
-            os._exit(0 if names().count("oreg_stream_0") == 1 else 4)
+            os._exit(0 if eventually(lambda: named("oreg_stream_0") == 1) else 4)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status))
     """, env={"OMP_NUM_THREADS": "2"}, timeout=60)
