@@ -640,7 +640,6 @@ bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessa
   in.tag = h.tag;
   in.bytes = h.bytes;
   in.senderAddress = h.senderAddress;
-  if (h.senderAddress) in.peerMemory = peerMemory(src, h.device, h.bytes);
   if (ch == Channel::kCollective) {
     auto& q = collRecvs_[src];
     if (q.empty()) return false;  // not expected yet: leave it in the ring
@@ -681,6 +680,9 @@ bool ShmTransport::startMessage(int src, Channel ch, Inbound& in, const ShmMessa
       in.unexpected = &unexpected_.back();
     }
   }
+  // Open the sender's memory only for a message taken: one left in the ring
+  // may wait there long (and its receiver may not be able to map it yet).
+  if (h.senderAddress) in.peerMemory = peerMemory(src, h.device, h.bytes);
   in.active = true;
   return true;
 }
