@@ -12,8 +12,9 @@
 
 #include "../runtime/OpenRegCachingAllocator.h"
 #include "../runtime/OpenRegException.h"
+#include "../runtime/OpenRegKinetoPlugin.h"
 #include "../runtime/OpenRegStream.h"
-#include "LaunchingOp.h"
+#include "../runtime/LaunchingOp.h"
 #include "OpenMPThreads.h"
 
 namespace openreg {
@@ -132,6 +133,7 @@ void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
                   const std::vector<at::Tensor>& reads, const std::vector<at::Tensor>& writes) {
   orStream raw = rawStream(stream);
   releaseOpenMPTeamForLaunch();  // the device computes now (OpenMPThreads.h)
+  if (tracingKernels()) kernel = tracedKernel(stream, std::move(kernel));
   // Only the race checker reads the accesses.
   orError error = orLaunchKernel(raw, std::move(kernel),
                                  orSanitizerEnabled() ? accessesOf(reads, writes)

@@ -10,7 +10,7 @@
 #include <chrono>
 #include <thread>
 
-#include "../aten/LaunchingOp.h"
+#include "../runtime/LaunchingOp.h"
 #include "../aten/FallbackStats.h"
 #include "../aten/Launch.h"
 #include "../runtime/OpenRegCachingAllocator.h"
@@ -184,8 +184,10 @@ PYBIND11_MODULE(_C, m) {
     return a->event.elapsedTime(b->event);
   });
   m.def("_sanitizer_enable", [](bool on) {
-    if (on) trackLaunchingOps();  // names in reports from the first launch on
+    const bool was = orSanitizerEnabled();
+    if (on && !was) trackLaunchingOps();  // names in reports from the first launch on
     orSanitizerEnable(on);
+    if (!on && was) untrackLaunchingOps();
   });
   if (orSanitizerEnabled()) trackLaunchingOps();  // OPENREG_SANITIZER=1
   m.def("_sanitizer_enabled", [] { return orSanitizerEnabled(); });

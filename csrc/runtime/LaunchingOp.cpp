@@ -22,12 +22,22 @@ void leave(const at::RecordFunction& /*fn*/, at::ObserverContext* /*ctx*/) {
 
 }  // namespace
 
+namespace {
+std::mutex g_trackingMutex;
+int g_trackers = 0;
+at::CallbackHandle g_callback = 0;
+}  // namespace
+
 void trackLaunchingOps() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    at::addGlobalCallback(
+  std::lock_guard<std::mutex> lock(g_trackingMutex);
+  if (g_trackers++ == 0)
+    g_callback = at::addGlobalCallback(
         at::RecordFunctionCallback(enter, leave).scopes({at::RecordScope::FUNCTION}));
-  });
+}
+
+void untrackLaunchingOps() {
+  std::lock_guard<std::mutex> lock(g_trackingMutex);
+  if (g_trackers > 0 && --g_trackers == 0) at::removeCallback(g_callback);
 }
 
 const char* launchingOpName() { return t_ops.empty() ? nullptr : t_ops.back(); }

@@ -1,0 +1,33 @@
+// PyTorch hook: a Kineto child profiler (libkineto::IActivityProfiler,
+// registered with libkineto::api().registerProfilerFactory), the device side
+// of torch.profiler.profile(activities=[ProfilerActivity.PrivateUse1]): every
+// kernel that runs on an openreg stream while a profile records becomes a
+// device activity (a CONCURRENT_KERNEL, a GPU_MEMCPY for copies) on its
+// device and stream, timed on the stream's worker and linked to the operator
+// that launched it, as CUPTI's kernel records are for CUDA. So
+// key_averages() shows device time per operator and the Chrome trace shows
+// one row per stream.
+// Tests: tests/runtime/test_profiler.py.
+#pragma once
+
+#include <c10/core/Stream.h>
+
+#include <atomic>
+#include <functional>
+
+namespace openreg {
+
+namespace detail {
+extern std::atomic<bool> g_tracingKernels;
+}
+
+// True while a profile that asked for device activities records: one relaxed
+// load on every launch when not profiling.
+inline bool tracingKernels() { return detail::g_tracingKernels.load(std::memory_order_relaxed); }
+
+// `kernel`, timed when it runs on `stream` and recorded for the trace. The
+// operator that launches it (its correlation id) is taken now, on the
+// launching thread.
+std::function<void()> tracedKernel(const c10::Stream& stream, std::function<void()> kernel);
+
+}  // namespace openreg
