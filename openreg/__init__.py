@@ -30,10 +30,12 @@ from .device import (
     get_device_capability,
     get_device_name,
     get_device_properties,
+    get_sync_debug_mode,
     init,
     is_available,
     is_initialized,
     set_device,
+    set_sync_debug_mode,
     synchronize,
 )
 from .streams import (
@@ -112,10 +114,11 @@ __all__ = [
     "device", "device_count", "device_of", "empty_cache", "get_device_capability",
     "get_per_process_memory_fraction",
     "get_amp_supported_dtype", "get_device_name", "get_device_properties", "get_rng_state", "get_rng_state_all",
+    "get_sync_debug_mode",
     "init", "initial_seed", "is_available", "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",
     "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
     "memory_reserved", "memory_snapshot", "memory_stats", "memory_stats_as_nested_dict",
     "memory_summary", "reset_accumulated_memory_stats", "reset_peak_memory_stats", "seed",
     "seed_all", "set_device", "set_per_process_memory_fraction", "set_rng_state",
-    "set_rng_state_all", "set_stream", "stream", "synchronize",
+    "set_rng_state_all", "set_stream", "set_sync_debug_mode", "stream", "synchronize",
 ]

@@ -149,6 +149,26 @@ def synchronize(device: _DeviceLike = None) -> None:
     _C._synchronize(_get_device_index(device))
 
 
+def set_sync_debug_mode(debug_mode: Union[int, str]) -> None:
+    """Warns ("warn", 1) or raises ("error", 2) when an operation makes the host
+    wait for the device (`.item()`, a blocking copy, an operator that runs
+    synchronously such as `nonzero`, Stream.synchronize); "default" (0) turns it
+    off. As torch.cuda.set_sync_debug_mode; the message names the operation."""
+    if isinstance(debug_mode, str):
+        modes = {"default": 0, "warn": 1, "error": 2}
+        if debug_mode not in modes:
+            raise RuntimeError(
+                "invalid value of debug_mode, expected one of `default`, `warn`, `error`"
+            )
+        debug_mode = modes[debug_mode]
+    _C._set_sync_debug_mode(debug_mode)
+
+
+def get_sync_debug_mode() -> int:
+    """The setting of set_sync_debug_mode: 0, 1 or 2."""
+    return _C._get_sync_debug_mode()
+
+
 def _is_in_bad_fork() -> bool:
     """True in a forked child of an initialised parent (torch.manual_seed checks this)."""
     return _C._is_forked_child()

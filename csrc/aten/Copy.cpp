@@ -12,6 +12,7 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "../runtime/OpenRegException.h"
+#include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegHostAllocator.h"
 #include "../runtime/OpenRegStream.h"
 #include "Kernels.h"
@@ -67,6 +68,7 @@ at::Tensor hostView(const at::Tensor& t, bool written) {
 // idle the host thread does the copy itself (no worker round trip).
 void runSynchronously(const c10::Stream& stream, std::function<void()> body,
                       const at::Tensor& read, const at::Tensor& written) {
+  warn_or_error_on_sync("a blocking copy");
   checkHostAccess(stream, {read}, {written});
   orStream raw = rawStream(stream);
   if (orStreamQuery(raw) == orSuccess) {

@@ -216,6 +216,12 @@ bool returnsOnlyTensors(const c10::FunctionSchema& schema) {
   return true;
 }
 
+bool writesAnArgument(const c10::FunctionSchema& schema) {
+  for (const auto& a : schema.arguments())
+    if (a.alias_info() && a.alias_info()->isWrite()) return true;
+  return false;
+}
+
 // Gives an openreg input the metadata the op left on its converted copy
 // (resize_ of out= arguments, in-place views like transpose_), growing the
 // storage when the new view needs more bytes.
@@ -284,6 +290,7 @@ at::Tensor emptyLike(const at::Tensor& like, c10::Device device) {
 void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t num_args,
                       c10::Device device) {
   const auto& schema = op.schema();
+  warn_or_error_on_sync(schema.name().c_str());
   const c10::Stream stream = getCurrentStream(device.index());
   synchronizeStream(stream);
   ArgumentConverter conv(device.index(), /*to_meta=*/false);
@@ -980,7 +987,11 @@ void freshResultsInTheCpusDtypes(torch::jit::Stack& meta_stack, const ArgumentCo
 bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack,
                           size_t num_args, c10::Device device, const ResultDtypes* result_dtypes) {
   const auto& schema = op.schema();
-  if (!returnsOnlyTensors(schema) || schema.returns().empty()) return false;
+  if (!returnsOnlyTensors(schema)) return false;
+  // One that returns nothing is queued only if it writes an argument (in-place
+  // foreach ops, AMP's unscale); one that writes none is a host-side check
+  // (_assert_tensor_metadata), whose error belongs to the call.
+  if (schema.returns().empty() && !writesAnArgument(schema)) return false;
   if (syncOnlyOps().contains(schema.operator_name())) return false;
   IValue* args = stack->data() + stack->size() - num_args;
 

@@ -6,6 +6,7 @@
 #include <ATen/ops/fill.h>
 
 #include "../runtime/OpenRegCachingAllocator.h"
+#include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegStream.h"
 #include "Kernels.h"
 #include "Launch.h"
@@ -42,6 +43,7 @@ at::Tensor& fill_tensor_(at::Tensor& self, const at::Tensor& value) {
 }
 
 c10::Scalar _local_scalar_dense(const at::Tensor& self) {
+  warn_or_error_on_sync("aten::_local_scalar_dense");
   const c10::Stream stream = getCurrentStream(self.device().index());
   synchronizeStream(stream);
   checkHostAccess(stream, {self}, {});

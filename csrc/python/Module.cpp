@@ -123,6 +123,8 @@ PYBIND11_MODULE(_C, m) {
     return segments;
   });
 
+  m.def("_set_sync_debug_mode", [](int mode) { set_sync_debug_mode(mode); });
+  m.def("_get_sync_debug_mode", [] { return get_sync_debug_mode(); });
   m.def("_synchronize", [](int d) {
     py::gil_scoped_release no_gil;
     synchronizeDevice(static_cast<c10::DeviceIndex>(d));

@@ -2,6 +2,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
+
+#include "OpenRegException.h"
 #include "driver/Driver.h"
 
 namespace openreg {
@@ -17,12 +20,11 @@ void check_device_index(int64_t index) {
   if (C10_LIKELY(index >= 0 && index < device_count())) return;
   // A bad OPENREG_DEVICE_COUNT leaves no devices: say why.
   TORCH_CHECK(orConfigError().empty(), "openreg error: ", orConfigError());
-  TORCH_CHECK(false,
-              "openreg error: invalid device ordinal: openreg:", index,
-              " requested, but only ", static_cast<int>(device_count()),
-              " openreg devices exist (valid indices are 0..",
-              static_cast<int>(device_count()) - 1,
-              "; set OPENREG_DEVICE_COUNT for more)");
+  throwAcceleratorError(
+      orErrorInvalidDevice,
+      c10::str("openreg error: invalid device ordinal: openreg:", index, " requested, but only ",
+               static_cast<int>(device_count()), " openreg devices exist (valid indices are 0..",
+               static_cast<int>(device_count()) - 1, "; set OPENREG_DEVICE_COUNT for more)"));
 }
 
 c10::DeviceIndex current_device() { return t_current_device; }
@@ -42,6 +44,24 @@ c10::DeviceIndex resolve_device(c10::DeviceIndex index) {
   if (index < 0) return t_current_device;
   check_device_index(index);
   return index;
+}
+
+namespace {
+std::atomic<int> g_sync_debug_mode{0};
+}  // namespace
+
+void set_sync_debug_mode(int mode) {
+  TORCH_CHECK(mode >= 0 && mode <= 2, "invalid value of debug_mode, expected one of 0,1,2");
+  g_sync_debug_mode.store(mode, std::memory_order_relaxed);
+}
+
+int get_sync_debug_mode() { return g_sync_debug_mode.load(std::memory_order_relaxed); }
+
+void warn_or_error_on_sync(const char* what) {
+  const int mode = get_sync_debug_mode();
+  if (C10_LIKELY(mode == 0)) return;
+  TORCH_CHECK(mode != 2, "called a synchronizing openreg operation (", what, ")");
+  TORCH_WARN("called a synchronizing openreg operation (", what, ")");
 }
 
 }  // namespace openreg

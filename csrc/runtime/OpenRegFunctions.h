@@ -17,4 +17,14 @@ c10::DeviceIndex exchange_device(c10::DeviceIndex index);
 // Resolves -1 ("current") to the current device, validating the result.
 c10::DeviceIndex resolve_device(c10::DeviceIndex index);
 
+// torch.cuda.set_sync_debug_mode's setting, process-wide as CUDA's:
+// 0 off, 1 warn, 2 error.
+void set_sync_debug_mode(int mode);
+int get_sync_debug_mode();
+// Called where the host waits for the device on the user's behalf (`.item()`,
+// a blocking copy, an operator run synchronously, Stream.synchronize): warns
+// or raises "called a synchronizing openreg operation" as the mode says, like
+// CUDA's warn_or_error_on_sync. `what` names the operation.
+void warn_or_error_on_sync(const char* what);
+
 }  // namespace openreg

@@ -71,7 +71,10 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     OPENREG_CHECK(e);
     return true;
   }
-  void synchronizeStream(const c10::Stream& s) const override { openreg::synchronizeStream(s); }
+  void synchronizeStream(const c10::Stream& s) const override {
+    warn_or_error_on_sync("Stream.synchronize");  // as CUDAStream::synchronize
+    openreg::synchronizeStream(s);
+  }
   void synchronizeDevice(c10::DeviceIndex index) const override { openreg::synchronizeDevice(index); }
 
   // Events are created lazily on first record, like CUDA's.

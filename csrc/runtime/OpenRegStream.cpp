@@ -141,7 +141,7 @@ void checkKernelError(orError error, const std::string& where, std::exception_pt
       } catch (...) {
       }
     }
-    TORCH_CHECK(false, text);
+    throwAcceleratorError(error, text);
   }
   OPENREG_CHECK(error);
 }

@@ -36,9 +36,11 @@ def test_current_and_set_device():
 
 
 def test_invalid_device_names_valid_range():
-    with pytest.raises(RuntimeError, match=r"invalid device ordinal.*valid indices are 0\.\.7"):
+    # torch.AcceleratorError (a RuntimeError) with the driver's code, as CUDA's.
+    with pytest.raises(torch.AcceleratorError, match=r"invalid device ordinal.*valid indices are 0\.\.7") as e:
         torch.openreg.set_device(8)
-    with pytest.raises(RuntimeError, match="invalid device ordinal"):
+    assert e.value.error_code > 0
+    with pytest.raises(torch.AcceleratorError, match="invalid device ordinal"):
         torch.empty(1, device="openreg:12")
     # torch.cuda.get_device_properties' own check and words.
     for bad in (99, -3, "openreg:9", torch.device("openreg", 8)):

@@ -186,8 +186,8 @@ def test_kernel_error_is_reported_at_a_later_call(python):
         torch.openreg._C._raise_in_kernel("simulated device assert")
         try:
             torch.openreg.synchronize()
-        except RuntimeError as e:
-            print("raised:", e)
+        except torch.AcceleratorError as e:  # a RuntimeError, as CUDA's errors
+            print("raised:", e.error_code, isinstance(e, RuntimeError), e)
         ev = torch.openreg.Event()
         ev.record()
         try:
@@ -196,7 +196,8 @@ def test_kernel_error_is_reported_at_a_later_call(python):
             print("event raised:", e)
     """)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("raised:")
+    assert r.stdout.startswith("raised: 5 True openreg kernel failed asynchronously"), r.stdout
+    assert "simulated device assert" in r.stdout
     assert "event raised:" in r.stdout, r.stdout
 
 
@@ -316,3 +317,45 @@ def test_kernels_launched_under_inference_mode():
     for c in copies:
         assert c.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
     torch.testing.assert_close(out.cpu(), expected)
+
+
+def test_sync_debug_mode_reports_each_operation_that_waits_for_the_device(python):
+    """torch.cuda.set_sync_debug_mode's contract: asynchronous work is silent,
+    every host wait on the user's behalf warns (1) or raises (2), naming what
+    waited; an explicit device synchronize is not reported."""
+    r = python("""
+        import warnings, torch
+        O = torch.openreg
+        x = torch.arange(10., device="openreg")
+        O.set_sync_debug_mode("warn")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            y = (x * 2).sum()
+            torch._foreach_add_([x, y], [y, y])  # in place, returns nothing: queued too
+            O.synchronize()
+            print("async", len(w))
+            y.item(); x.cpu(); x.nonzero(); O.current_stream().synchronize()
+            print([str(m.message).split(" (Triggered")[0] for m in w])
+        O.set_sync_debug_mode(2)
+        try:
+            x[0].item()
+        except RuntimeError as e:
+            print("error", e)
+        O.set_sync_debug_mode("default")
+        print(O.get_sync_debug_mode(), x[1].item())
+        for bad in ("loud", 3):
+            try:
+                O.set_sync_debug_mode(bad)
+            except RuntimeError as e:
+                print(e)
+    """)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    prefix = "called a synchronizing openreg operation"
+    assert lines[0] == "async 0"
+    assert lines[1] == str([f"{prefix} (aten::_local_scalar_dense)", f"{prefix} (a blocking copy)",
+                            f"{prefix} (aten::nonzero)", f"{prefix} (Stream.synchronize)"])
+    assert lines[2] == f"error {prefix} (aten::_local_scalar_dense)"
+    assert lines[3] == "0 91.0"  # 1 + sum(2 * arange(10))
+    assert lines[4:] == ["invalid value of debug_mode, expected one of `default`, `warn`, `error`",
+                         "invalid value of debug_mode, expected one of 0,1,2"]
