@@ -2,10 +2,12 @@
 
 Statistics come from the caching allocator in csrc/runtime/OpenRegCachingAllocator.cpp
 through torch.accelerator, with the same key names as torch.cuda.memory_stats.
-Tests: tests/runtime/test_memory.py.
+Tests: tests/runtime/test_memory.py, test_memory_history.py.
 """
+import pickle
+import sys
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -36,9 +38,43 @@ def memory_stats_as_nested_dict(device=None) -> dict:
     return nested
 
 
+def _record_memory_history(
+    enabled: Optional[str] = "all",
+    context: Optional[str] = "all",
+    stacks: str = "all",
+    max_entries: int = sys.maxsize,
+    device=None,
+    clear_history: bool = False,
+) -> None:
+    """Records the allocator's actions (`enabled="all"`; `"state"`: only live
+    blocks' tracebacks; None: stop) with the Python and, for `stacks="all"`, C++
+    traceback of each (`context`: "state", "alloc", "all" or None), as
+    torch.cuda.memory._record_memory_history. For every device (CUDA's setting
+    is process-wide too); `device` is accepted for the same signature. A bool
+    `enabled` is the legacy form (True: "all", False: None)."""
+    if isinstance(enabled, bool):
+        enabled = "all" if enabled else None
+    _C._record_memory_history(enabled, context, stacks, max_entries, clear_history)
+
+
+def _snapshot(device=None) -> dict:
+    """The allocator's state and recorded actions: {"segments": [...],
+    "device_traces": [[...] per device]}, torch.cuda.memory._snapshot()'s
+    dictionary, which torch.cuda._memory_viz reads."""
+    if not is_initialized():
+        return {"segments": [], "device_traces": [[] for _ in range(device_count())]}
+    return _C._snapshot()
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """Pickles _snapshot() to `filename` (for pytorch.org/memory_viz)."""
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)
+
+
 def memory_snapshot() -> list:
     """Every segment of every device with its blocks, as torch.cuda.memory_snapshot()."""
-    return _C._memory_snapshot() if is_initialized() else []
+    return _C._snapshot()["segments"] if is_initialized() else []
 
 
 def set_per_process_memory_fraction(fraction, device=None) -> None:

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "../runtime/LaunchingOp.h"
+#include "MemorySnapshot.h"
 #include "../aten/FallbackStats.h"
 #include "../aten/Launch.h"
 #include "../runtime/OpenRegCachingAllocator.h"
@@ -103,25 +104,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_get_memory_fraction",
         [](int d) { return getMemoryFraction(static_cast<c10::DeviceIndex>(d)); });
-  m.def("_memory_snapshot", [] {
-    // The dictionaries of torch.cuda.memory_snapshot() (no stack frames recorded).
-    py::list segments;
-    for (const SegmentInfo& s : memorySnapshot()) {
-      py::list blocks;
-      for (const BlockInfo& b : s.blocks)
-        blocks.append(py::dict(py::arg("address") = b.address, py::arg("size") = b.size,
-                               py::arg("requested_size") = b.requested_size,
-                               py::arg("state") = b.state, py::arg("frames") = py::list()));
-      segments.append(py::dict(
-          py::arg("device") = static_cast<int>(s.device), py::arg("address") = s.address,
-          py::arg("total_size") = s.total_size, py::arg("allocated_size") = s.allocated_size,
-          py::arg("active_size") = s.active_size, py::arg("requested_size") = s.requested_size,
-          py::arg("stream") = s.stream, py::arg("segment_type") = s.small ? "small" : "large",
-          py::arg("segment_pool_id") = py::make_tuple(0, 0), py::arg("is_expandable") = false,
-          py::arg("frames") = py::list(), py::arg("blocks") = blocks));
-    }
-    return segments;
-  });
+  bindMemorySnapshot(m);  // _record_memory_history, _snapshot
 
   m.def("_set_sync_debug_mode", [](int mode) { set_sync_debug_mode(mode); });
   m.def("_get_sync_debug_mode", [] { return get_sync_debug_mode(); });

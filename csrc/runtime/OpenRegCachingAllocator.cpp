@@ -20,6 +20,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/llvmMathExtras.h>
 
+#include "MemoryHistory.h"
 #include "OpenRegException.h"
 #include "OpenRegFunctions.h"
 #include "OpenRegStream.h"
@@ -91,6 +92,7 @@ struct Block {
   std::unordered_set<c10::Stream> stream_uses;
   Block* prev = nullptr;  // neighbours within the segment
   Block* next = nullptr;
+  std::shared_ptr<c10::GatheredContext> context;  // of its allocation, while recorded (MemoryHistory.h)
   bool isSplit() const { return prev || next; }
 };
 
@@ -133,6 +135,7 @@ class DeviceCache {
   }
 
   void* malloc(size_t requested, c10::StreamId stream) {
+    std::shared_ptr<c10::GatheredContext> context = gatherContext(RecordContext::kState);
     std::lock_guard<std::mutex> lock(mutex_);
     processPendingFrees();
     // Beyond any device (and where rounding up would wrap around).
@@ -143,9 +146,12 @@ class DeviceCache {
     const size_t size = roundSize(requested);
     const bool small = size <= kSmallSize;
     Block* block = takeCached(small, size, stream);
+    const bool traced = recordsContext(RecordContext::kAlloc);
     if (!block) {
       if (garbageCollectionOn()) collectGarbage();
       block = allocateSegment(small, size, stream);
+      trace_.record(MemoryAction::kSegmentAlloc, block->ptr, block->size, stream,
+                    traced ? context : nullptr);
     }
     splitIfWorthIt(block, size);
     block->state = Block::State::kAllocated;
@@ -159,21 +165,27 @@ class DeviceCache {
     statAdd(stats_.requested_bytes, small, requested);
     live_[block->ptr] = block;
     reportToProfiler(block->ptr, static_cast<int64_t>(block->size));
+    trace_.record(MemoryAction::kAlloc, block->ptr, block->size, stream, traced ? context : nullptr);
+    block->context = std::move(context);
     return block->ptr;
   }
 
   // False if ptr is not an allocated block's (never for our DataPtrs).
   bool free(void* ptr) {
+    std::shared_ptr<c10::GatheredContext> context = gatherContext(RecordContext::kAll);
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = live_.find(ptr);
     if (it == live_.end()) return false;
     Block* block = it->second;
     live_.erase(it);
+    trace_.record(MemoryAction::kFreeRequested, block->ptr, block->size, block->stream, context);
     statAdd(stats_.allocation, block->small, -1);
     statAdd(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
     if (block->oversize) statAdd(stats_.oversize_allocations, -1);
     reportToProfiler(block->ptr, -static_cast<int64_t>(block->size));
     if (block->stream_uses.empty()) {
+      trace_.record(MemoryAction::kFreeCompleted, block->ptr, block->size, block->stream,
+                    std::move(context));
       makeCached(block);
       return true;
     }
@@ -189,7 +201,7 @@ class DeviceCache {
       devices.push_back(s.device_index());
     }
     block->stream_uses.clear();
-    pending_.push_back({block, std::move(events), std::move(devices)});
+    pending_.push_back({block, std::move(events), std::move(devices), std::move(context)});
     return true;
   }
 
@@ -252,7 +264,8 @@ class DeviceCache {
                             : b->state == Block::State::kPendingFree ? "active_pending_free"
                                                                      : "inactive";
         size_t requested = b->state == Block::State::kCached ? 0 : b->requested;
-        segment.blocks.push_back({reinterpret_cast<uintptr_t>(b->ptr), b->size, requested, state});
+        segment.blocks.push_back(
+            {reinterpret_cast<uintptr_t>(b->ptr), b->size, requested, state, b->context});
         segment.total_size += b->size;
         if (b->state == Block::State::kAllocated) segment.allocated_size += b->size;
         if (b->state != Block::State::kCached) {
@@ -262,6 +275,11 @@ class DeviceCache {
       }
       out.push_back(std::move(segment));
     }
+  }
+
+  std::vector<MemoryTraceEntry> traceEntries() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return trace_.entries();
   }
 
   void resetAccumulated() {
@@ -278,6 +296,7 @@ class DeviceCache {
     Block* block;
     std::vector<orEvent> events;
     std::vector<c10::DeviceIndex> devices;  // of the streams the events are on
+    std::shared_ptr<c10::GatheredContext> context;  // of the free, if recorded
   };
 
   // profile_memory=True: the profiler's device memory columns and timeline
@@ -331,6 +350,7 @@ class DeviceCache {
     statAdd(stats_.active_bytes, block->small, -static_cast<int64_t>(block->size));
     statAdd(stats_.requested_bytes, block->small, -static_cast<int64_t>(block->requested));
     block->requested = 0;
+    block->context.reset();
     if (Block* prev = block->prev; prev && prev->state == Block::State::kCached) {
       eraseCached(prev);
       block->ptr = prev->ptr;
@@ -401,6 +421,8 @@ class DeviceCache {
         orSanitizerRetire(it->block->ptr, it->block->size, e);
         orEventDestroy(e);
       }
+      trace_.record(MemoryAction::kFreeCompleted, it->block->ptr, it->block->size,
+                    it->block->stream, std::move(it->context));
       makeCached(it->block);
       it = pending_.erase(it);
     }
@@ -461,6 +483,8 @@ class DeviceCache {
     stats_.num_ooms++;
     size_t total = orDeviceTotalMemory();
     size_t used = orMemoryUsed(device_);
+    trace_.record(MemoryAction::kOom, reinterpret_cast<void*>(total > used ? total - used : 0),
+                  bytes, 0, nullptr);
     size_t allocated = static_cast<size_t>(stats_.allocated_bytes[0].current);
     size_t reserved = static_cast<size_t>(stats_.reserved_bytes[0].current);
     std::string limit;
@@ -499,6 +523,7 @@ class DeviceCache {
   BlockPool::iterator releaseSegment(BlockPool& blocks, BlockPool::iterator it) {
     Block* block = *it;
     OPENREG_CHECK(orFree(block->ptr));
+    trace_.record(MemoryAction::kSegmentFree, block->ptr, block->size, block->stream, nullptr);
     stats_.num_device_free++;
     statAdd(stats_.segment, block->small, -1);
     statAdd(stats_.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
@@ -597,6 +622,7 @@ class DeviceCache {
   double fraction_ = 1.0;                          // GUARDED_BY mutex_
   bool fraction_set_ = false;                      // GUARDED_BY mutex_
   uint64_t large_lookups_ = 0;  // large-pool searches, the clock of block ages; GUARDED_BY mutex_
+  MemoryTrace trace_;                              // GUARDED_BY mutex_
 };
 
 class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
@@ -669,6 +695,13 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
       if (caches_[d]) caches_[d]->snapshot(out);
   }
 
+  std::vector<std::vector<MemoryTraceEntry>> traces() {
+    std::vector<std::vector<MemoryTraceEntry>> out(device_count());
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d)
+      if (caches_[d]) out[d] = caches_[d]->traceEntries();
+    return out;
+  }
+
   DeviceCache& cache(c10::DeviceIndex device) {
     check_device_index(device);
     std::call_once(once_[device], [&] { caches_[device] = std::make_unique<DeviceCache>(device); });
@@ -736,6 +769,10 @@ std::vector<SegmentInfo> memorySnapshot() {
   std::vector<SegmentInfo> segments;
   OpenRegCachingAllocatorImpl::instance().snapshot(segments);
   return segments;
+}
+
+std::vector<std::vector<MemoryTraceEntry>> memoryTraces() {
+  return OpenRegCachingAllocatorImpl::instance().traces();
 }
 
 }  // namespace openreg

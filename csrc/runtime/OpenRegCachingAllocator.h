@@ -20,6 +20,9 @@
 // garbage_collection_threshold act as on CUDA (c10's AcceleratorAllocatorConfig
 // parses them); expandable_segments is not simulated (a warning).
 //
+// While torch.openreg.memory._record_memory_history records, each device's
+// cache keeps its actions and its blocks' tracebacks (MemoryHistory.h).
+//
 // Thread safety: one mutex per device guards that device's blocks and stats.
 // Tests: tests/runtime/test_memory.py.
 #pragma once
@@ -27,7 +30,10 @@
 #include <c10/core/CachingDeviceAllocator.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "MemoryHistory.h"
 
 namespace openreg {
 
@@ -54,6 +60,7 @@ struct BlockInfo {
   size_t size;
   size_t requested_size;
   const char* state;  // "active_allocated", "active_pending_free" or "inactive"
+  std::shared_ptr<c10::GatheredContext> context;  // of its allocation, if recorded
 };
 struct SegmentInfo {
   c10::DeviceIndex device;
@@ -64,5 +71,7 @@ struct SegmentInfo {
   std::vector<BlockInfo> blocks;
 };
 std::vector<SegmentInfo> memorySnapshot();
+// Each device's allocator actions while _record_memory_history records (MemoryHistory.h).
+std::vector<std::vector<MemoryTraceEntry>> memoryTraces();
 
 }  // namespace openreg
