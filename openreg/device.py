@@ -3,6 +3,8 @@
 Backed by the PrivateUse1 hooks and DeviceGuardImpl in csrc/runtime.
 Tests: tests/runtime/test_device.py.
 """
+import os
+import uuid as uuidlib
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -112,11 +114,23 @@ class device_of(device):
 
 @dataclass(frozen=True)
 class _DeviceProperties:
+    """torch.cuda's device properties, with the values a simulated device has:
+    its capacity (OPENREG_DEVICE_MEMORY), the host's L2 cache (kernels are CPU
+    code), one lane per "warp" and a stable uuid per device index."""
     name: str
     total_memory: int
     major: int = 1
     minor: int = 0
     multi_processor_count: int = 1
+    max_threads_per_multi_processor: int = 1
+    warp_size: int = 1
+    L2_cache_size: int = 0
+    is_integrated: bool = False  # device memory is the host's RAM, but the host cannot touch it
+    is_multi_gpu_board: bool = False
+    uuid: str = ""
+    pci_bus_id: int = 0
+    pci_device_id: int = 0
+    pci_domain_id: int = 0
 
     def __repr__(self) -> str:
         return (f"_OpenRegDeviceProperties(name='{self.name}', major={self.major}, "
@@ -131,7 +145,34 @@ def get_device_properties(device: _DeviceLike = None) -> _DeviceProperties:
     if index < 0 or index >= device_count():
         raise AssertionError("Invalid device id")  # torch.cuda.get_device_properties' words
     return _DeviceProperties(name=f"openreg simulated device {index}",
-                             total_memory=_C._device_total_memory())
+                             total_memory=_C._device_total_memory(),
+                             L2_cache_size=_host_l2_cache_size(),
+                             uuid=str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"openreg:{index}")),
+                             pci_bus_id=index)
+
+
+def _host_l2_cache_size() -> int:
+    """The first CPU's L2 cache in bytes (sysfs), 0 if unknown."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            with open(os.path.join(base, entry, "level")) as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(os.path.join(base, entry, "size")) as f:
+                size = f.read().strip()
+            units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+            return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def can_device_access_peer(device: _DeviceLike, peer_device: _DeviceLike) -> bool:
+    """Whether kernels on `device` can read `peer_device`'s memory directly, as
+    torch.cuda.can_device_access_peer: any two distinct openreg devices of a
+    process can (cross-device copies are one kernel)."""
+    return _get_device_index(device) != _get_device_index(peer_device)  # both checked
 
 
 def get_device_name(device: _DeviceLike = None) -> str:

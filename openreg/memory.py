@@ -4,8 +4,10 @@ Statistics come from the caching allocator in csrc/runtime/OpenRegCachingAllocat
 through torch.accelerator, with the same key names as torch.cuda.memory_stats.
 Tests: tests/runtime/test_memory.py, test_memory_history.py.
 """
+import os
 import pickle
 import sys
+import warnings
 from collections import OrderedDict
 from typing import Any, Optional
 
@@ -72,8 +74,11 @@ def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
         pickle.dump(_snapshot(), f)
 
 
-def memory_snapshot() -> list:
-    """Every segment of every device with its blocks, as torch.cuda.memory_snapshot()."""
+def memory_snapshot(mempool_id=None) -> list:
+    """Every segment of every device with its blocks, as torch.cuda.memory_snapshot()
+    (there are no memory pools: `mempool_id` must be None)."""
+    if mempool_id is not None:
+        raise NotImplementedError("openreg has no memory pools (torch.cuda.MemPool)")
     return _C._snapshot()["segments"] if is_initialized() else []
 
 
@@ -228,3 +233,57 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
                  f"   device capacity: {_fmt(_C._device_total_memory())}")
     lines.append("=" * 75)
     return "\n".join(lines) + "\n"
+
+
+# torch.cuda's deprecated names, with its warnings.
+def memory_cached(device=None) -> int:
+    warnings.warn("torch.openreg.memory_cached has been renamed to torch.openreg.memory_reserved",
+                  FutureWarning, stacklevel=2)
+    return memory_reserved(device)
+
+
+def max_memory_cached(device=None) -> int:
+    warnings.warn("torch.openreg.max_memory_cached has been renamed to "
+                  "torch.openreg.max_memory_reserved", FutureWarning, stacklevel=2)
+    return max_memory_reserved(device)
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    warnings.warn("torch.openreg.reset_max_memory_allocated now calls "
+                  "torch.openreg.reset_peak_memory_stats, which resets /all/ peak memory stats.",
+                  FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device=None) -> None:
+    warnings.warn("torch.openreg.reset_max_memory_cached now calls "
+                  "torch.openreg.reset_peak_memory_stats, which resets /all/ peak memory stats.",
+                  FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
+
+
+def get_allocator_backend() -> str:
+    """The allocator behind openreg tensors: always the native caching allocator
+    (CUDA's alternative, cudaMallocAsync, has no counterpart)."""
+    return "native"
+
+
+def device_memory_used(device=None) -> int:
+    """Bytes of device memory in use on the device, by the driver's count (what
+    nvidia-smi reports for a GPU): the cache's reservations."""
+    free, total = mem_get_info(device)
+    return total - free
+
+
+def list_gpu_processes(device=None) -> str:
+    """Which processes use the device and how much memory, in
+    torch.cuda.list_gpu_processes' format. Devices are per process, so the
+    only user of this process's devices is the process itself."""
+    index = _get_device_index(device)
+    lines = [f"GPU:{index}"]
+    used = device_memory_used(index) if is_initialized() else 0
+    if used == 0:
+        lines.append("no processes are running")
+    else:
+        lines.append(f"process {os.getpid():>10d} uses {used / (1024 * 1024):>12.3f} MB GPU memory")
+    return "\n".join(lines)

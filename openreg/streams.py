@@ -123,6 +123,12 @@ def stream(stream: Optional[torch.Stream]) -> StreamContext:
     return StreamContext(stream)
 
 
+def is_current_stream_capturing() -> bool:
+    """Always False: openreg has no graph capture (CUDA graphs are not simulated).
+    Libraries ask this before calls that capture would forbid."""
+    return False
+
+
 def _sleep(milliseconds: float) -> None:
     """Queues a kernel that keeps the current stream busy (like torch.cuda._sleep)."""
     _lazy_init()

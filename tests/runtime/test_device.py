@@ -153,6 +153,20 @@ def test_properties_and_availability():
     props = torch.openreg.get_device_properties(1)
     assert props.total_memory == 16 * 1024**3
     assert "openreg" in torch.openreg.get_device_name(1)
+    # The fields portable code reads from CUDA's properties: stable per index.
+    assert props.uuid == torch.openreg.get_device_properties(1).uuid != torch.openreg.get_device_properties(0).uuid
+    assert (props.warp_size, props.is_integrated, props.pci_bus_id) == (1, False, 1)
+    assert props.L2_cache_size >= 0
+
+
+def test_peer_access_and_capture_queries():
+    O = torch.openreg
+    assert O.can_device_access_peer(0, 1) and O.can_device_access_peer("openreg:3", 2)
+    assert not O.can_device_access_peer(1, 1)  # as cudaDeviceCanAccessPeer for one device
+    with pytest.raises(RuntimeError, match="invalid device ordinal: openreg:99"):
+        O.can_device_access_peer(0, 99)
+    assert O.is_current_stream_capturing() is False
+    assert O.get_allocator_backend() == "native"
 
 
 def test_memory_capacity_units(python):

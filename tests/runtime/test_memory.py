@@ -504,3 +504,25 @@ def test_expandable_segments_warns_that_it_is_not_simulated(python):
     """, env={"PYTORCH_ALLOC_CONF": "expandable_segments:True"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["1", "20.0"]
+
+
+def test_deprecated_names_and_process_listing(python):
+    r = python("""
+        import os, warnings, torch
+        O = torch.openreg
+        print(O.list_gpu_processes(2))
+        x = torch.empty(1000, device="openreg:2")
+        print(O.list_gpu_processes(2) == f"GPU:2\\nprocess {os.getpid():>10d} uses {2.0:>12.3f} MB GPU memory")
+        print(O.device_memory_used(2) == O.mem_get_info(2)[1] - O.mem_get_info(2)[0] == 2 << 20)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            print(O.memory_cached(2) == O.memory_reserved(2), O.max_memory_cached(2) == O.max_memory_reserved(2))
+            del x
+            O.reset_max_memory_allocated(2)
+            print(O.max_memory_allocated(2))
+            O.reset_max_memory_cached(2)
+            print([m.category.__name__ for m in w])
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["GPU:2", "no processes are running", "True", "True", "True True",
+                                     "0", str(["FutureWarning"] * 4)], r.stdout
