@@ -20,6 +20,9 @@ void check_device_index(int64_t index) {
   if (C10_LIKELY(index >= 0 && index < device_count())) return;
   // A bad OPENREG_DEVICE_COUNT leaves no devices: say why.
   TORCH_CHECK(orConfigError().empty(), "openreg error: ", orConfigError());
+  if (device_count() == 0)
+    throwAcceleratorError(orErrorInvalidDevice,
+                          "openreg error: no openreg devices are available (OPENREG_DEVICE_COUNT=0)");
   throwAcceleratorError(
       orErrorInvalidDevice,
       c10::str("openreg error: invalid device ordinal: openreg:", index, " requested, but only ",

@@ -108,7 +108,7 @@ def test_stream_native_handle_names_the_driver_stream():
 
 
 @pytest.mark.parametrize("name,value", [
-    ("OPENREG_DEVICE_COUNT", "0"), ("OPENREG_DEVICE_COUNT", "65"), ("OPENREG_DEVICE_COUNT", "-1"),
+    ("OPENREG_DEVICE_COUNT", "65"), ("OPENREG_DEVICE_COUNT", "-1"),
     ("OPENREG_DEVICE_COUNT", "abc"), ("OPENREG_DEVICE_COUNT", " 4"),
     ("OPENREG_DEVICE_MEMORY", "0"), ("OPENREG_DEVICE_MEMORY", "abc"), ("OPENREG_DEVICE_MEMORY", "nan"),
     ("OPENREG_DEVICE_MEMORY", "16GiBx"), ("OPENREG_DEVICE_MEMORY", "-1"),
@@ -388,3 +388,24 @@ def test_exit_after_backward_does_not_abort():
         r = subprocess.run([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True, timeout=120)
         codes.append((r.returncode, r.stderr[-200:]))
     assert all(rc == 0 for rc, _ in codes), codes
+
+
+def test_zero_devices_leave_cpu_code_working(python):
+    # OPENREG_DEVICE_COUNT=0 is CUDA_VISIBLE_DEVICES="": no device, CPU code unchanged.
+    r = python("""
+        import torch
+        print(torch.openreg.device_count(), torch.openreg.is_available(),
+              torch.accelerator.device_count(), torch.accelerator.is_available())
+        torch.manual_seed(0)
+        with torch.random.fork_rng():
+            a = torch.rand(3)
+        print(a.shape == (3,))
+        try:
+            torch.ones(1, device="openreg")
+        except torch.AcceleratorError as e:
+            print(str(e).splitlines()[0])
+    """, env={"OPENREG_DEVICE_COUNT": "0"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "0 False 0 False", "True",
+        "openreg error: no openreg devices are available (OPENREG_DEVICE_COUNT=0)"], r.stdout

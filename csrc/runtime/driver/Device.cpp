@@ -29,14 +29,15 @@ bool blank(const char* text) {
   return true;
 }
 
-// -1 if OPENREG_DEVICE_COUNT is set to anything but an integer in 1..orMaxDevices.
+// -1 if OPENREG_DEVICE_COUNT is set to anything but an integer in 0..orMaxDevices
+// (0: no devices, as CUDA_VISIBLE_DEVICES="" leaves none).
 int readDeviceCount() {
   const char* env = std::getenv("OPENREG_DEVICE_COUNT");
   if (blank(env)) return 8;
   if (!std::isdigit(static_cast<unsigned char>(*env))) return -1;
   char* end = nullptr;
   long n = std::strtol(env, &end, 10);
-  return *end == '\0' && n >= 1 && n <= orMaxDevices ? static_cast<int>(n) : -1;
+  return *end == '\0' && n >= 0 && n <= orMaxDevices ? static_cast<int>(n) : -1;
 }
 
 // 0 if OPENREG_DEVICE_MEMORY is set to anything but a positive size.
@@ -111,7 +112,7 @@ struct DeviceConfig {
 
   DeviceConfig() {
     if (count < 0)
-      error = "OPENREG_DEVICE_COUNT must be an integer in 1.." + std::to_string(orMaxDevices) + ", got '" +
+      error = "OPENREG_DEVICE_COUNT must be an integer in 0.." + std::to_string(orMaxDevices) + ", got '" +
               std::getenv("OPENREG_DEVICE_COUNT") + "'";
     if (memory == 0)
       error += std::string(error.empty() ? "" : "; ") +
