@@ -76,12 +76,16 @@ def default_stream(device=None) -> Stream:
     return _wrap(*_C._default_stream(_get_device_index(device)))
 
 
-def set_stream(stream: torch.Stream) -> None:
-    if stream is None:
-        return
+def _check_openreg_stream(stream: torch.Stream) -> None:
     # Before its device index (-1 for a CPU stream) is used.
     if stream.device_type != _PRIVATEUSE1:
         raise RuntimeError(f"Expected an openreg stream, got a stream of device {stream.device}")
+
+
+def set_stream(stream: torch.Stream) -> None:
+    if stream is None:
+        return
+    _check_openreg_stream(stream)
     # The stream's device becomes the current device too, as torch.cuda.set_stream.
     if stream.device_index != _C._current_device():
         _C._set_device(stream.device_index)
@@ -100,6 +104,7 @@ class StreamContext:
     def __enter__(self):
         if self.stream is None:
             return
+        _check_openreg_stream(self.stream)
         _lazy_init()
         self.prev_device = _C._current_device()
         self.src_prev = current_stream(self.prev_device)

@@ -88,6 +88,9 @@ def test_set_stream_refuses_a_stream_of_another_device_type():
         torch.openreg.set_stream(cpu_stream)
     with pytest.raises(RuntimeError, match="stream's device type CPU doesn't match the current accelerator"):
         torch.accelerator.set_stream(cpu_stream)
+    with pytest.raises(RuntimeError, match="Expected an openreg stream, got a stream of device cpu"):
+        with torch.openreg.stream(cpu_stream):
+            pass
     assert (torch.openreg.current_device(), torch.openreg.current_stream()) == prev
 
 
