@@ -52,10 +52,11 @@ def _record_memory_history(
     blocks' tracebacks; None: stop) with the Python and, for `stacks="all"`, C++
     traceback of each (`context`: "state", "alloc", "all" or None), as
     torch.cuda.memory._record_memory_history. For every device (CUDA's setting
-    is process-wide too); `device` is accepted for the same signature. A bool
-    `enabled` is the legacy form (True: "all", False: None)."""
-    if isinstance(enabled, bool):
-        enabled = "all" if enabled else None
+    is process-wide too); `device` is accepted for the same signature. Stopping
+    drops the trace, as CUDA's does. A bool `enabled` is the legacy form (True:
+    live blocks' tracebacks only, False: stop)."""
+    if isinstance(enabled, bool):  # legacy: tracebacks of live blocks only
+        enabled, context = ("state", "state") if enabled else (None, None)
     _C._record_memory_history(enabled, context, stacks, max_entries, clear_history)
 
 

@@ -10,11 +10,14 @@
 #include <ATen/ops/copy.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/util/ApproximateClock.h>
 
 #include "../runtime/OpenRegException.h"
 #include "../runtime/OpenRegFunctions.h"
+#include "../runtime/OpenRegKinetoPlugin.h"
 #include "../runtime/OpenRegHostAllocator.h"
 #include "../runtime/OpenRegStream.h"
+
 #include "Kernels.h"
 #include "Launch.h"
 
@@ -68,11 +71,12 @@ at::Tensor hostView(const at::Tensor& t, bool written) {
 // idle the host thread does the copy itself (no worker round trip).
 void runSynchronously(const c10::Stream& stream, std::function<void()> body,
                       const at::Tensor& read, const at::Tensor& written) {
-  warn_or_error_on_sync("a blocking copy");
   checkHostAccess(stream, {read}, {written});
   orStream raw = rawStream(stream);
   if (orStreamQuery(raw) == orSuccess) {
+    const int64_t start = tracingKernels() ? c10::getTime() : 0;
     body();
+    if (start) recordHostRun(stream, start);
     return;
   }
   launchKernel(stream, std::move(body));
@@ -88,6 +92,8 @@ void copyHostToDevice(const at::Tensor& src, const at::Tensor& dst, bool non_blo
     recordPinned(src, stream);
     return;
   }
+  // As CUDA: a non_blocking copy from pageable memory waits, unreported.
+  if (!non_blocking) warn_or_error_on_sync("a blocking copy");
   runSynchronously(stream, [&src_view, &dst_view] { dst_view.copy_(src_view); }, src, dst);
 }
 
@@ -100,6 +106,7 @@ void copyDeviceToHost(const at::Tensor& src, const at::Tensor& dst, bool non_blo
     recordPinned(dst, stream);
     return;
   }
+  if (!non_blocking) warn_or_error_on_sync("a blocking copy");
   runSynchronously(stream, [&src_view, &dst_view] { dst_view.copy_(src_view); }, src, dst);
 }
 

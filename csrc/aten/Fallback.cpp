@@ -35,6 +35,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/MemoryFormat.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/ApproximateClock.h>
 #include <c10/util/flat_hash_map.h>
 
 #include <algorithm>
@@ -48,6 +49,7 @@
 #include "../runtime/OpenRegException.h"
 #include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegGenerator.h"
+#include "../runtime/OpenRegKinetoPlugin.h"
 #include "../runtime/OpenRegStream.h"
 #include "BoxedArguments.h"
 #include "DispatchProbe.h"
@@ -326,7 +328,9 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
 
   torch::jit::drop(*stack, num_args);
   torch::jit::Stack cpu_stack(call.args.begin(), call.args.end());
+  const int64_t start = tracingKernels() ? c10::getTime() : 0;
   op.redispatchBoxed(kCPUKeys, &cpu_stack);
+  if (start) recordHostRun(stream, start);  // the kernel, as the profiler shows it
   syncInputMetadata(call.originals, call.converted);
   for (auto& [dev, host] : out_args) {
     // A resize that grows the storage queues a copy of the old contents into

@@ -286,6 +286,42 @@ void checkSearchsortedArguments(const IValue* args, size_t num_args) {
                                      sorter);
 }
 
+// _amp_foreach_non_finite_check_and_unscale_(scaled_grads, found_inf,
+// inv_scale): GradScaler's state tensors, checked by the CPU and CUDA kernels
+// on the host in these words.
+void checkAmpUnscaleArguments(const IValue* args) {
+  const at::Tensor& found_inf = args[1].toTensor();
+  const at::Tensor& inv_scale = args[2].toTensor();
+  TORCH_CHECK(inv_scale.numel() == 1, "inv_scale must be a 1-element tensor.");
+  TORCH_CHECK(found_inf.numel() == 1, "found_inf must be a 1-element tensor.");
+  TORCH_CHECK(inv_scale.scalar_type() == at::kFloat, "inv_scale must be a float tensor.");
+  TORCH_CHECK(found_inf.scalar_type() == at::kFloat, "found_inf must be a float tensor.");
+  for (const at::Tensor& grad : args[0].toTensorVector())
+    TORCH_CHECK(at::isFloatingType(grad.scalar_type()),
+                "\"_amp_foreach_non_finite_check_and_unscale_cpu\" not implemented for '",
+                grad.scalar_type(), "'");
+}
+
+// _fused_adam(w)_(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+// state_steps, *, lr, beta1, beta2, weight_decay, eps, amsgrad, ...): the
+// list lengths the CPU kernel checks (its words).
+void checkFusedAdamArguments(const IValue* args) {
+  // Named as in the CPU kernel, whose bare TORCH_CHECKs spell the condition.
+  const size_t n_tensors = args[0].toTensorList().size();
+  const auto grads = args[1].toTensorList(), exp_avgs = args[2].toTensorList(),
+             exp_avg_sqs = args[3].toTensorList(), max_exp_avg_sqs = args[4].toTensorList(),
+             state_steps = args[5].toTensorList();
+  TORCH_CHECK(grads.size() == n_tensors);
+  TORCH_CHECK(exp_avgs.size() == n_tensors);
+  TORCH_CHECK(exp_avg_sqs.size() == n_tensors);
+  if (args[11].toBool()) {  // amsgrad
+    TORCH_CHECK(max_exp_avg_sqs.size() == n_tensors);
+  } else {
+    TORCH_CHECK(max_exp_avg_sqs.empty());
+  }
+  TORCH_CHECK(state_steps.size() == n_tensors);
+}
+
 using Check = void (*)(const IValue* args, size_t num_args);
 template <void (*F)(const IValue*)>
 void ignoringCount(const IValue* args, size_t) {
@@ -323,6 +359,10 @@ const std::vector<CheckedOperator>& checkedOperators() {
       {"binary_cross_entropy", ignoringCount<checkBinaryCrossEntropyArguments>},
       {"searchsorted.Tensor", checkSearchsortedArguments},
       {"searchsorted.Tensor_out", checkSearchsortedArguments},
+      {"_amp_foreach_non_finite_check_and_unscale_", ignoringCount<checkAmpUnscaleArguments>},
+      {"_fused_adam_", ignoringCount<checkFusedAdamArguments>},
+      {"_fused_adam_.tensor_lr", ignoringCount<checkFusedAdamArguments>},
+      {"_fused_adamw_.tensor_lr", ignoringCount<checkFusedAdamArguments>},
   };
   return table;
 }

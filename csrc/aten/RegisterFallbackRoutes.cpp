@@ -22,7 +22,8 @@
 //    undefined weights (None), the fallback an empty tensor.
 //  - index_put_, masked_fill_, put_, index_fill_, normal (a std tensor),
 //    linalg_cross, addbmm, native_group_norm, binary_cross_entropy,
-//    searchsorted (registerCheckedFallbacks): their Meta kernels leave argument checks
+//    searchsorted, _amp_foreach_non_finite_check_and_unscale_, _fused_adam_,
+//    _fused_adamw_.tensor_lr (registerCheckedFallbacks): their Meta kernels leave argument checks
 //    to the CPU kernel, where they would fail the stream instead of raising
 //    at the call, as CUDA does.
 //  - native_group_norm, native_group_norm_backward (registerCheckedFallbacks):

@@ -10,6 +10,7 @@
 
 #include <torch/csrc/profiler/combined_traceback.h>
 
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -47,12 +48,13 @@ void recordHistory(std::optional<std::string> enabled, std::optional<std::string
     when = *context == "state" ? RecordContext::kState
            : *context == "alloc" ? RecordContext::kAlloc
                                  : RecordContext::kAll;
-  if (when != RecordContext::kNever) torch::installCapturedTracebackPython();
+  static std::once_flag unwinder;  // each call would add one more to torch's chain
+  if (when != RecordContext::kNever) std::call_once(unwinder, torch::installCapturedTracebackPython);
   recordMemoryHistory(enabled && *enabled == "all",
                       when == RecordContext::kNever ? nullptr
                       : stacks == "all"             ? gatherPythonAndCpp
                                                     : gatherPython,
-                      when, enabled ? maxEntries : 0, clear);
+                      when, enabled ? maxEntries : 0, clear || !enabled);  // CUDA clears when stopped
 }
 
 // Frames for each recorded traceback, symbolized together (shared frames

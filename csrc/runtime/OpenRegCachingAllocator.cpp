@@ -165,7 +165,7 @@ class DeviceCache {
     statAdd(stats_.requested_bytes, small, requested);
     live_[block->ptr] = block;
     reportToProfiler(block->ptr, static_cast<int64_t>(block->size));
-    trace_.record(MemoryAction::kAlloc, block->ptr, block->size, stream, traced ? context : nullptr);
+    trace_.record(MemoryAction::kAlloc, block->ptr, requested, stream, traced ? context : nullptr);
     block->context = std::move(context);
     return block->ptr;
   }
@@ -178,13 +178,15 @@ class DeviceCache {
     if (it == live_.end()) return false;
     Block* block = it->second;
     live_.erase(it);
-    trace_.record(MemoryAction::kFreeRequested, block->ptr, block->size, block->stream, context);
+    // As CUDA's: a free without its own traceback shows its allocation's.
+    if (!context && recordsContext(RecordContext::kAlloc)) context = block->context;
+    trace_.record(MemoryAction::kFreeRequested, block->ptr, block->requested, block->stream, context);
     statAdd(stats_.allocation, block->small, -1);
     statAdd(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
     if (block->oversize) statAdd(stats_.oversize_allocations, -1);
     reportToProfiler(block->ptr, -static_cast<int64_t>(block->size));
     if (block->stream_uses.empty()) {
-      trace_.record(MemoryAction::kFreeCompleted, block->ptr, block->size, block->stream,
+      trace_.record(MemoryAction::kFreeCompleted, block->ptr, block->requested, block->stream,
                     std::move(context));
       makeCached(block);
       return true;
@@ -421,7 +423,7 @@ class DeviceCache {
         orSanitizerRetire(it->block->ptr, it->block->size, e);
         orEventDestroy(e);
       }
-      trace_.record(MemoryAction::kFreeCompleted, it->block->ptr, it->block->size,
+      trace_.record(MemoryAction::kFreeCompleted, it->block->ptr, it->block->requested,
                     it->block->stream, std::move(it->context));
       makeCached(it->block);
       it = pending_.erase(it);

@@ -7,13 +7,11 @@
 
 #include "driver/Driver.h"
 
-namespace openreg {
-// Throws c10::AcceleratorError(code, message), as CUDA's checks do.
-[[noreturn]] inline void throwAcceleratorError(orError code, std::string message) {
-  throw c10::AcceleratorError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                              static_cast<int32_t>(code), std::move(message));
-}
-}  // namespace openreg
+// Throws c10::AcceleratorError carrying the driver's code, with the caller's
+// source location, as CUDA's checks do; the message is c10::str of the rest.
+#define OPENREG_THROW_ACCELERATOR_ERROR(code, ...)                                    \
+  throw ::c10::AcceleratorError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, \
+                                static_cast<int32_t>(code), ::c10::str(__VA_ARGS__))
 
 #define OPENREG_CHECK(expr)                                                          \
   do {                                                                               \
@@ -23,7 +21,7 @@ namespace openreg {
                   "Cannot re-initialize openreg in forked subprocess. To use openreg " \
                   "with multiprocessing, you must use the 'spawn' start method");    \
       TORCH_CHECK(__err != ::openreg::orErrorDataRace, ::openreg::orSanitizerLastReport()); \
-      ::openreg::throwAcceleratorError(__err, ::c10::str("openreg error: ",           \
-                                                         ::openreg::orGetErrorString(__err))); \
+      OPENREG_THROW_ACCELERATOR_ERROR(__err, "openreg error: ",                      \
+                                      ::openreg::orGetErrorString(__err));               \
     }                                                                                \
   } while (0)

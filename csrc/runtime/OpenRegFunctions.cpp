@@ -21,13 +21,13 @@ void check_device_index(int64_t index) {
   // A bad OPENREG_DEVICE_COUNT leaves no devices: say why.
   TORCH_CHECK(orConfigError().empty(), "openreg error: ", orConfigError());
   if (device_count() == 0)
-    throwAcceleratorError(orErrorInvalidDevice,
-                          "openreg error: no openreg devices are available (OPENREG_DEVICE_COUNT=0)");
-  throwAcceleratorError(
-      orErrorInvalidDevice,
-      c10::str("openreg error: invalid device ordinal: openreg:", index, " requested, but only ",
-               static_cast<int>(device_count()), " openreg devices exist (valid indices are 0..",
-               static_cast<int>(device_count()) - 1, "; set OPENREG_DEVICE_COUNT for more)"));
+    OPENREG_THROW_ACCELERATOR_ERROR(
+        orErrorInvalidDevice, "openreg error: no openreg devices are available (OPENREG_DEVICE_COUNT=0)");
+  OPENREG_THROW_ACCELERATOR_ERROR(
+      orErrorInvalidDevice, "openreg error: invalid device ordinal: openreg:", index,
+      " requested, but only ", static_cast<int>(device_count()),
+      " openreg devices exist (valid indices are 0..", static_cast<int>(device_count()) - 1,
+      "; set OPENREG_DEVICE_COUNT for more)");
 }
 
 c10::DeviceIndex current_device() { return t_current_device; }

@@ -1,6 +1,7 @@
 #include "OpenRegKinetoPlugin.h"
 
 #include "LaunchingOp.h"
+#include "OpenRegStream.h"
 
 #include <c10/util/ApproximateClock.h>
 #include <kineto/libkineto.h>
@@ -34,6 +35,7 @@ struct KernelRun {
 std::mutex g_runsMutex;
 std::vector<KernelRun> g_runs;
 std::atomic<uint64_t> g_session{0};  // which session records (a count)
+std::atomic<uint64_t> g_tracedDevices{0};  // bit d: a kernel was traced on device d
 
 // Correlation ids of the operators running on this thread, innermost last:
 // Kineto pushes one as an operator starts (pushCorrelationId), on the
@@ -65,11 +67,16 @@ class KernelTraceSession final : public libkineto::IActivityProfilerSession {
     status_ = libkineto::TraceStatus::RECORDING;
   }
 
-  // torch.profiler synchronizes the device first: the kernels launched in
-  // the window have run by now.
+  // torch.profiler synchronizes only the current device first: wait for the
+  // others a traced kernel was queued on, so every kernel launched in the
+  // window has its record (a failed stream runs nothing more: not an error here).
   void stop() override {
     detail::g_tracingKernels.store(false);
     untrackLaunchingOps();
+    const uint64_t devices = g_tracedDevices.exchange(0);
+    for (int d = 0; d < orMaxDevices; ++d)
+      if (devices & (uint64_t{1} << d))
+        synchronizeComputeStreams(static_cast<c10::DeviceIndex>(d), /*raisesKernelErrors=*/false);
     status_ = libkineto::TraceStatus::PROCESSING;
   }
 
@@ -92,11 +99,12 @@ class KernelTraceSession final : public libkineto::IActivityProfilerSession {
     trace_->span = libkineto::TraceSpan(startTime, endTime, "openreg");
     trace_->gpuOpCount = static_cast<int>(runs.size());
     for (const KernelRun& run : runs) {
-      if (run.start < startTime || run.end > endTime) continue;
+      if (run.start < startTime) continue;  // (stop() waited for the rest to end)
       const libkineto::ITraceActivity* op = run.correlation ? operatorOf(run.correlation) : nullptr;
       const std::string opName = run.op ? run.op : op ? op->name() : "(no operator)";
       // A copy kernel is a memcpy on the device's timeline, as CUPTI shows.
-      const bool copy = opName == "aten::copy_" || opName == "aten::_copy_from";
+      const bool copy = opName == "aten::copy_" || opName == "aten::_copy_from" ||
+                        opName == "aten::_local_scalar_dense";  // .item(): a DtoH copy
       const ActivityType type = copy ? ActivityType::GPU_MEMCPY : ActivityType::CONCURRENT_KERNEL;
       if (!types_.count(type)) continue;
       trace_->emplace_activity(trace_->span, type, (copy ? "Memcpy " : "kernel ") + opName);
@@ -188,6 +196,7 @@ std::function<void()> tracedKernel(const c10::Stream& stream, std::function<void
   run.op = launchingOpName();
   run.device = stream.device_index();
   run.stream = static_cast<int32_t>(stream.id());
+  g_tracedDevices.fetch_or(uint64_t{1} << run.device, std::memory_order_relaxed);
   return [run, kernel = std::move(kernel)]() mutable {
     run.start = c10::getTime();
     kernel();  // a kernel that throws fails its stream; it gets no record
@@ -195,6 +204,18 @@ std::function<void()> tracedKernel(const c10::Stream& stream, std::function<void
     std::lock_guard<std::mutex> lock(g_runsMutex);
     g_runs.push_back(run);
   };
+}
+
+void recordHostRun(const c10::Stream& stream, int64_t startNs) {
+  KernelRun run;
+  run.correlation = launchingOperator();
+  run.op = launchingOpName();
+  run.device = stream.device_index();
+  run.stream = static_cast<int32_t>(stream.id());
+  run.start = startNs;
+  run.end = c10::getTime();
+  std::lock_guard<std::mutex> lock(g_runsMutex);
+  g_runs.push_back(run);
 }
 
 }  // namespace openreg

@@ -30,4 +30,9 @@ inline bool tracingKernels() { return detail::g_tracingKernels.load(std::memory_
 // launching thread.
 std::function<void()> tracedKernel(const c10::Stream& stream, std::function<void()> kernel);
 
+// Work the host did itself in `stream`'s order, from `startNs` (c10::getTime)
+// until now (a blocking copy or an operator run synchronously on an idle
+// stream): recorded as a kernel of that stream, as the device would have run it.
+void recordHostRun(const c10::Stream& stream, int64_t startNs);
+
 }  // namespace openreg

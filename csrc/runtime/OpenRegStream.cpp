@@ -141,7 +141,7 @@ void checkKernelError(orError error, const std::string& where, std::exception_pt
       } catch (...) {
       }
     }
-    throwAcceleratorError(error, text);
+    OPENREG_THROW_ACCELERATOR_ERROR(error, text);
   }
   OPENREG_CHECK(error);
 }

@@ -48,6 +48,39 @@ def test_amp_update_scale_updates_like_the_cpu():
     assert (scale.item(), tracker.item()) == expected == (1024.0, 0)
 
 
+def _unscale(bad):
+    def call(device):
+        grads = [torch.ones(3, device=device, dtype=bad.get("grad_dtype", torch.float32))]
+        found_inf = torch.zeros(bad.get("n", 1), device=device, dtype=bad.get("inf_dtype", torch.float32))
+        inv_scale = torch.ones(1, device=device, dtype=bad.get("inv_dtype", torch.float32))
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)
+    return call
+
+
+@pytest.mark.parametrize("bad", [dict(inf_dtype=torch.float64), dict(inv_dtype=torch.float64),
+                                 dict(n=2), dict(grad_dtype=torch.int32)])
+def test_amp_unscale_checks_its_arguments_at_the_call(bad):
+    # Queued like any op that writes its arguments: its CPU kernel's checks come first.
+    _raises_as_on_the_cpu(RuntimeError, _unscale(bad))
+    _stream_still_works()
+
+
+def _fused_adam(amsgrad, n_grads=1, n_max=0):
+    def call(device):
+        t = lambda: [torch.ones(3, device=device)]
+        torch._fused_adam_(t(), t() * n_grads, t(), t(), t() * n_max, [torch.zeros((), device=device)],
+                           lr=0.1, beta1=0.9, beta2=0.99, weight_decay=0.0, eps=1e-8,
+                           amsgrad=amsgrad, maximize=False)
+    return call
+
+
+@pytest.mark.parametrize("call", [_fused_adam(amsgrad=True), _fused_adam(amsgrad=False, n_grads=2),
+                                  _fused_adam(amsgrad=False, n_max=1)])
+def test_fused_adam_checks_its_list_lengths_at_the_call(call):
+    _raises_as_on_the_cpu(RuntimeError, call)
+    _stream_still_works()
+
+
 def test_multi_head_attention_fast_path_gives_no_weights_unless_needed():
     torch.manual_seed(0)
     m = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()

@@ -1,6 +1,7 @@
-"""The profiler sees openreg: device time per operator without a Kineto plugin
-(csrc/runtime/OpenRegProfilerStubs.cpp) and device memory with profile_memory
-(the caching allocator reports to the profiler)."""
+"""The profiler sees openreg: device time per operator with torch.profiler's
+PrivateUse1 activity (the Kineto plugin, csrc/runtime/OpenRegKinetoPlugin.cpp)
+and with the legacy profiler's events (csrc/runtime/OpenRegProfilerStubs.cpp),
+and device memory with profile_memory (the caching allocator reports to it)."""
 
 
 def test_autograd_profiler_with_use_device_times_device_work(python):
@@ -99,3 +100,35 @@ def test_cpu_only_profile_records_no_kernels(python):
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["['CPU']", "False", "['kernel aten::add']"], r.stdout
+
+
+def test_profile_waits_for_kernels_of_other_devices_and_records_host_run_work(python):
+    """torch.profiler synchronizes only the current device: kernels still queued
+    on another one are waited for, not lost. Work the host does in a stream's
+    order (a blocking copy on an idle stream, .item(), an operator that runs
+    synchronously) shows as that stream's device work, as CUDA's kernels and
+    memcpys do."""
+    r = python("""
+        import torch
+        from torch.profiler import profile, ProfilerActivity
+        x1 = torch.randn(512, 512, device="openreg:1")
+        x0 = torch.arange(8., device="openreg:0")
+        host = torch.randn(64)
+        torch.openreg.synchronize(1)
+        torch.openreg.synchronize(0)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as p:
+            for _ in range(5):
+                y = x1 @ x1                  # openreg:1, never synchronized here
+            d = host.to("openreg:0")         # the idle stream: the host copies
+            v = x0.sum().item()
+            nz = x0.nonzero()
+        names = sorted((e.key, e.device_index) for e in p.events()
+                       if e.device_type != torch.autograd.DeviceType.CPU)
+        print(names.count(("kernel aten::mm", 1)))
+        print(sorted({k for k, _ in names if k != "kernel aten::mm"}))
+    """)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "5", r.stdout
+    assert lines[1] == str(["Memcpy aten::_copy_from", "Memcpy aten::_local_scalar_dense",
+                            "kernel aten::nonzero", "kernel aten::sum"]), r.stdout

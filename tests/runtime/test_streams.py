@@ -331,7 +331,14 @@ def test_sync_debug_mode_reports_each_operation_that_waits_for_the_device(python
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             y = (x * 2).sum()
-            torch._foreach_add_([x, y], [y, y])  # in place, returns nothing: queued too
+            x.add_(y)
+            # Returns nothing, writes its arguments (GradScaler's unscale): queued too.
+            found_inf, inv_scale = torch.zeros(1, device="openreg"), torch.ones(1, device="openreg")
+            torch._amp_foreach_non_finite_check_and_unscale_([x], found_inf, inv_scale)
+            pinned = torch.empty(10, pin_memory=True)
+            pinned.copy_(x, non_blocking=True)  # pinned: asynchronous
+            x.to("cpu", non_blocking=True)      # returns pinned memory: asynchronous
+            torch.ones(10).to("openreg", non_blocking=True)  # pageable: waits, unreported (CUDA)
             O.synchronize()
             print("async", len(w))
             y.item(); x.cpu(); x.nonzero(); O.current_stream().synchronize()
