@@ -5,6 +5,7 @@
 #include "OregBackend.h"
 
 #include <ATen/ops/zeros.h>
+#include <c10/util/ApproximateClock.h>
 #include <c10/util/ScopeExit.h>
 #include <c10/util/StringUtil.h>
 #include <c10/util/thread_name.h>
@@ -323,6 +324,8 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   }
   op.body = std::move(body);
   op.post = std::move(post);
+  op.device = device;
+  if (!op.post) op.origin = collectiveOrigin(device);  // inside the c10d operator issuing it
   if (device >= 0) {
     // The body holds aliases (forWorker); the caller's tensors stay alive
     // until wait() queued its stream hold or the operation finished.
@@ -586,7 +589,9 @@ void OregBackend::runOp(Op& op) {
     } else {
       {
         BusySpan busy;  // stream dependencies met: the collective itself
+        const int64_t start = op.origin.traced ? c10::getTime() : 0;
         op.body(c);
+        if (start) recordCollectiveRun(op.device, op.origin, "oreg_ccl " + op.what, start);
       }
       // Future callbacks run here; one that issues on this group makes
       // enqueue run the queue on this thread (runQueuedThrough).

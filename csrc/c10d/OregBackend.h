@@ -41,6 +41,7 @@
 #include <map>
 #include <thread>
 
+#include "../runtime/OpenRegKinetoPlugin.h"
 #include "../runtime/driver/Driver.h"
 #include "Algorithms.h"
 #include "OregWork.h"
@@ -204,6 +205,8 @@ class OregBackend final : public c10d::Backend {
     std::string what;
     Body body;
     Post post;
+    int device = -1;     // of its openreg tensors (-1: host tensors)
+    TraceOrigin origin;  // for torch.profiler (OpenRegKinetoPlugin.h)
   };
   struct InFlight {
     RequestPtr req;

@@ -26,9 +26,14 @@ struct KernelRun {
   int64_t start = 0, end = 0;  // c10::getTime()'s clock: the profiler's own
   int32_t correlation = 0;     // the launching operator's (0: none known)
   int32_t device = 0;
-  int32_t stream = 0;  // c10::StreamId
+  int32_t stream = 0;  // c10::StreamId, or kCollectiveRow
   const char* op = nullptr;  // the launching operator's name (static), if known
+  std::string name;          // a collective's (its kernel is named after the operator otherwise)
 };
+
+// The trace row of a device's collectives (NCCL runs its kernels on a stream
+// of its own); far from any stream id openreg hands out.
+constexpr int32_t kCollectiveRow = 1 << 20;
 
 // Kineto records one profile at a time, so the runs of the one session that
 // records live here, where every stream worker can append to them.
@@ -107,7 +112,8 @@ class KernelTraceSession final : public libkineto::IActivityProfilerSession {
                         opName == "aten::_local_scalar_dense";  // .item(): a DtoH copy
       const ActivityType type = copy ? ActivityType::GPU_MEMCPY : ActivityType::CONCURRENT_KERNEL;
       if (!types_.count(type)) continue;
-      trace_->emplace_activity(trace_->span, type, (copy ? "Memcpy " : "kernel ") + opName);
+      trace_->emplace_activity(trace_->span, type,
+                               !run.name.empty() ? run.name : (copy ? "Memcpy " : "kernel ") + opName);
       libkineto::GenericTraceActivity& a = *trace_->activities.back();
       a.startTime = run.start;
       a.endTime = run.end;
@@ -125,7 +131,9 @@ class KernelTraceSession final : public libkineto::IActivityProfilerSession {
   std::vector<libkineto::ResourceInfo> getResourceInfos() override {
     std::vector<libkineto::ResourceInfo> infos;
     for (const auto& [device, stream] : streams_)
-      infos.push_back({stream, stream, device, "openreg stream " + std::to_string(stream)});
+      infos.push_back({stream, stream, device,
+                       stream == kCollectiveRow ? std::string("oreg_ccl")
+                                                : "openreg stream " + std::to_string(stream)});
     return infos;
   }
 
@@ -216,6 +224,25 @@ void recordHostRun(const c10::Stream& stream, int64_t startNs) {
   run.end = c10::getTime();
   std::lock_guard<std::mutex> lock(g_runsMutex);
   g_runs.push_back(run);
+}
+
+TraceOrigin collectiveOrigin(int device) {
+  if (!tracingKernels() || device < 0) return {};
+  g_tracedDevices.fetch_or(uint64_t{1} << device, std::memory_order_relaxed);
+  return {true, launchingOperator(), launchingOpName()};
+}
+
+void recordCollectiveRun(int device, const TraceOrigin& origin, std::string name, int64_t startNs) {
+  KernelRun run;
+  run.correlation = origin.correlation;
+  run.op = origin.op;
+  run.device = device;
+  run.stream = kCollectiveRow;
+  run.name = std::move(name);
+  run.start = startNs;
+  run.end = c10::getTime();
+  std::lock_guard<std::mutex> lock(g_runsMutex);
+  g_runs.push_back(std::move(run));
 }
 
 }  // namespace openreg

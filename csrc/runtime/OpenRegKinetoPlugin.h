@@ -13,7 +13,9 @@
 #include <c10/core/Stream.h>
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
+#include <string>
 
 namespace openreg {
 
@@ -34,5 +36,17 @@ std::function<void()> tracedKernel(const c10::Stream& stream, std::function<void
 // until now (a blocking copy or an operator run synchronously on an idle
 // stream): recorded as a kernel of that stream, as the device would have run it.
 void recordHostRun(const c10::Stream& stream, int64_t startNs);
+
+// A collective of oreg_ccl on `device`'s tensors, as NCCL's kernel on its own
+// stream: what it takes from its issue (the c10d operator issuing it, on the
+// caller's thread) and, once its worker ran it, its run from `startNs` to now
+// under `name`, on the device's "oreg_ccl" row.
+struct TraceOrigin {
+  bool traced = false;  // issued while a profile recorded kernels
+  int32_t correlation = 0;
+  const char* op = nullptr;
+};
+TraceOrigin collectiveOrigin(int device);
+void recordCollectiveRun(int device, const TraceOrigin& origin, std::string name, int64_t startNs);
 
 }  // namespace openreg

@@ -570,3 +570,33 @@ def wait_with_a_timeout(rank, n):
 
 def test_wait_with_a_timeout_blocks_the_host_up_to_it(tmp_path):
     spawn(wait_with_a_timeout, 2, tmp_path)
+
+
+def collectives_in_the_profile(rank, n):
+    # torch.profiler with PrivateUse1 shows each collective on openreg tensors
+    # as device work of its rank's device, on an "oreg_ccl" row (NCCL's kernels
+    # run on a stream of their own), linked to the c10d operator that issued it.
+    import json, os, tempfile
+    from torch.profiler import profile, ProfilerActivity
+    dev = rank_device(rank)
+    x = torch.ones(1 << 16, device=dev)
+    dist.all_reduce(x)
+    torch.openreg.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as p:
+        for _ in range(3):
+            dist.all_reduce(x)
+        torch.openreg.synchronize()
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    p.export_chrome_trace(path)
+    events = json.load(open(path))["traceEvents"]
+    ops = {e["args"]["External id"]: e["name"] for e in events if e.get("cat") == "cpu_op"}
+    runs = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("oreg_ccl ")]
+    assert len(runs) == 3, [e["name"] for e in events if e.get("cat") == "kernel"]
+    for e in runs:
+        assert e["name"].startswith("oreg_ccl allreduce#") and e["pid"] == rank, e
+        assert ops[e["args"]["External id"]] == "c10d::allreduce_", e
+    assert torch.equal(x.cpu(), torch.full((1 << 16,), float(n) ** 4))
+
+
+def test_collectives_show_in_the_profile_as_device_work(tmp_path):
+    spawn(collectives_in_the_profile, 2, tmp_path)
