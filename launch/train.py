@@ -82,6 +82,10 @@ def parse_args(argv=None):
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="profile this many steps after the warm-up with torch.profiler (device "
+                        "kernels and collectives included): a Chrome trace per rank in --out-dir, "
+                        "rank 0 prints where the time went")
     p.add_argument("--no-pin-cores", action="store_true",
                    help="do not pin each rank to one core when ranks outnumber cores")
     args = p.parse_args(argv)
@@ -92,6 +96,8 @@ def parse_args(argv=None):
         p.error(f"--n-embd ({args.n_embd}) must divide by --n-head ({args.n_head})")
     if args.checkpoint_every < 0:
         p.error("--checkpoint-every must be 0 (never) or more")
+    if args.profile_steps < 0:
+        p.error("--profile-steps must be 0 (no profile) or more")
     if not args.lr >= 0:
         p.error(f"--lr must be 0 or more, got {args.lr}")
     if not args.clip_grad >= 0:  # nan too: it compares false, so it would turn clipping off
@@ -523,7 +529,9 @@ def main(argv=None):
     # bucket rebuild after step one), as nccl-tests leaves out warm-up iterations.
     warmup = min(WARMUP_STEPS, (args.steps - start_step) // 2)
     t_warm, cpu_warm = t0, time.process_time()
+    profiler = StepProfiler(args, device, start_step + warmup, rank)
     for step in range(start_step, args.steps):
+        profiler.before(step)
         x, y = global_batch(data, step, args.global_batch, args.seq_len, args.seed)
         x = x[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
         y = y[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
@@ -554,6 +562,7 @@ def main(argv=None):
         if args.checkpoint_dir and (step + 1 == args.steps or
                                     args.checkpoint_every and (step + 1) % args.checkpoint_every == 0):
             save_checkpoint(args.checkpoint_dir, model, opt, step + 1, model_config(args))
+        profiler.after(step)
 
     t_end = time.perf_counter()
     elapsed = t_end - t0
@@ -594,6 +603,43 @@ def main(argv=None):
               f"summary in {args.out_dir}/summary.json", flush=True)
     if distributed:
         dist.destroy_process_group()
+
+
+class StepProfiler:
+    """--profile-steps N: torch.profiler over steps [first, first + N) (CPU
+    operators, and on openreg each kernel and collective as device work), a
+    Chrome trace per rank, and rank 0's operators by self time."""
+
+    def __init__(self, args, device, first, rank):
+        self.steps = range(first, min(first + args.profile_steps, args.steps))
+        self.args, self.device, self.rank, self.prof = args, device, rank, None
+
+    def before(self, step):
+        if step != self.steps.start or not self.steps:
+            return
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU]
+        if self.device.type == "openreg":
+            activities.append(ProfilerActivity.PrivateUse1)
+        self.prof = profile(activities=activities)
+        self.prof.__enter__()
+
+    def after(self, step):
+        if self.prof is None or step != self.steps[-1]:
+            return
+        if self.device.type == "openreg":
+            torch.openreg.synchronize()
+        self.prof.__exit__(None, None, None)
+        os.makedirs(self.args.out_dir, exist_ok=True)
+        path = os.path.join(self.args.out_dir, f"trace_rank{self.rank}.json")
+        self.prof.export_chrome_trace(path)
+        if self.rank == 0:
+            device_time = self.device.type == "openreg"
+            sort = "self_device_time_total" if device_time else "self_cpu_time_total"
+            print(f"profile of steps {self.steps.start}-{self.steps[-1]} (Chrome traces: "
+                  f"{self.args.out_dir}/trace_rank*.json):", flush=True)
+            print(self.prof.key_averages().table(sort_by=sort, row_limit=15), flush=True)
+        self.prof = None
 
 
 def write_plot(path, losses, start, args):

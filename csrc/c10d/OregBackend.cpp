@@ -326,6 +326,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   op.post = std::move(post);
   op.device = device;
   if (!op.post) op.origin = collectiveOrigin(device);  // inside the c10d operator issuing it
+  if (op.origin.traced) op.traceName = "oreg_ccl " + name + " " + desc;
   if (device >= 0) {
     // The body holds aliases (forWorker); the caller's tensors stay alive
     // until wait() queued its stream hold or the operation finished.
@@ -591,7 +592,7 @@ void OregBackend::runOp(Op& op) {
         BusySpan busy;  // stream dependencies met: the collective itself
         const int64_t start = op.origin.traced ? c10::getTime() : 0;
         op.body(c);
-        if (start) recordCollectiveRun(op.device, op.origin, "oreg_ccl " + op.what, start);
+        if (start) recordCollectiveRun(op.device, op.origin, std::move(op.traceName), start);
       }
       // Future callbacks run here; one that issues on this group makes
       // enqueue run the queue on this thread (runQueuedThrough).

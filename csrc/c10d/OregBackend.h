@@ -207,6 +207,7 @@ class OregBackend final : public c10d::Backend {
     Post post;
     int device = -1;     // of its openreg tensors (-1: host tensors)
     TraceOrigin origin;  // for torch.profiler (OpenRegKinetoPlugin.h)
+    std::string traceName;  // its name there, when traced
   };
   struct InFlight {
     RequestPtr req;

@@ -4,6 +4,7 @@
 #include "Releaser.h"
 
 #include "../aten/Launch.h"
+#include "../runtime/OpenRegKinetoPlugin.h"
 #include "../runtime/OpenRegStream.h"
 
 #include <c10/core/StreamGuard.h>
@@ -85,7 +86,10 @@ c10::intrusive_ptr<c10::ivalue::Future> OregWork::makeDeviceFuture() {
     // group's next call do (it fails them all).
     const c10::Stream stream = futureStreams_->of(device.index());
     sanitizerJoinStream(rawStream(stream));
-    if (!done) launchKernel(stream, holdUntilDone(/*raises=*/false));
+    if (!done) {
+      KernelNameScope name("oreg_ccl wait");  // in torch.profiler's trace
+      launchKernel(stream, holdUntilDone(/*raises=*/false));
+    }
     // The future's event is recorded on the current stream of its device.
     c10::StreamGuard current(stream);
     future->markCompleted(c10::IValue(outputs_));
@@ -262,7 +266,10 @@ void OregWork::blockStream() {
   // asynchronous error (like a failed NCCL kernel), and wait() on a work that
   // already failed raises directly.
   const uint64_t before = orStreamLaunchCount(rawStream(stream));
-  launchKernel(stream, holdUntilDone(/*raises=*/true));
+  {
+    KernelNameScope name("oreg_ccl wait");  // in torch.profiler's trace: the stream waits here
+    launchKernel(stream, holdUntilDone(/*raises=*/true));
+  }
   if (streamOrder_) streamOrder_->coverWait(rawStream(stream), before);
   // Only now: later work on this stream is ordered after the operation.
   unstash();

@@ -12,7 +12,11 @@ namespace {
 thread_local std::vector<const char*> t_ops;  // the dispatcher calls in progress
 
 std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
-  t_ops.push_back(fn.name());
+  // Only a dispatcher operator's name (its schema's) outlives the call; other
+  // FUNCTION-scope records name themselves with a view of a caller's string.
+  // They inherit the enclosing operator's name, keeping the stack balanced.
+  if (fn.operator_name().has_value()) t_ops.push_back(fn.name());
+  else t_ops.push_back(t_ops.empty() ? nullptr : t_ops.back());
   return nullptr;
 }
 

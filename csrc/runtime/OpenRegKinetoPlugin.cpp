@@ -51,6 +51,7 @@ struct Pushed {
   uint64_t id;
 };
 thread_local std::vector<Pushed> t_operators;
+thread_local const char* t_kernelName = nullptr;  // KernelNameScope
 
 int32_t launchingOperator() {
   if (t_operators.empty() || t_operators.back().session != g_session.load()) return 0;
@@ -202,6 +203,7 @@ std::function<void()> tracedKernel(const c10::Stream& stream, std::function<void
   KernelRun run;
   run.correlation = launchingOperator();
   run.op = launchingOpName();
+  if (t_kernelName) run.name = t_kernelName;
   run.device = stream.device_index();
   run.stream = static_cast<int32_t>(stream.id());
   g_tracedDevices.fetch_or(uint64_t{1} << run.device, std::memory_order_relaxed);
@@ -225,6 +227,9 @@ void recordHostRun(const c10::Stream& stream, int64_t startNs) {
   std::lock_guard<std::mutex> lock(g_runsMutex);
   g_runs.push_back(run);
 }
+
+KernelNameScope::KernelNameScope(const char* name) : previous_(t_kernelName) { t_kernelName = name; }
+KernelNameScope::~KernelNameScope() { t_kernelName = previous_; }
 
 TraceOrigin collectiveOrigin(int device) {
   if (!tracingKernels() || device < 0) return {};

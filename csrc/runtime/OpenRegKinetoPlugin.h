@@ -32,6 +32,19 @@ inline bool tracingKernels() { return detail::g_tracingKernels.load(std::memory_
 // launching thread.
 std::function<void()> tracedKernel(const c10::Stream& stream, std::function<void()> kernel);
 
+// Names the kernels this thread launches while it lives (for kernels that no
+// operator launches, such as a collective's stream wait).
+class KernelNameScope {
+ public:
+  explicit KernelNameScope(const char* name);  // a static string
+  ~KernelNameScope();
+  KernelNameScope(const KernelNameScope&) = delete;
+  KernelNameScope& operator=(const KernelNameScope&) = delete;
+
+ private:
+  const char* previous_;
+};
+
 // Work the host did itself in `stream`'s order, from `startNs` (c10::getTime)
 // until now (a blocking copy or an operator run synchronously on an idle
 // stream): recorded as a kernel of that stream, as the device would have run it.
@@ -47,6 +60,7 @@ struct TraceOrigin {
   const char* op = nullptr;
 };
 TraceOrigin collectiveOrigin(int device);
+// `name`: what the trace calls it (e.g. "oreg_ccl allreduce 1024 x Float SUM").
 void recordCollectiveRun(int device, const TraceOrigin& origin, std::string name, int64_t startNs);
 
 }  // namespace openreg

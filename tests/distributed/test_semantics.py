@@ -590,10 +590,13 @@ def collectives_in_the_profile(rank, n):
     p.export_chrome_trace(path)
     events = json.load(open(path))["traceEvents"]
     ops = {e["args"]["External id"]: e["name"] for e in events if e.get("cat") == "cpu_op"}
-    runs = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("oreg_ccl ")]
+    runs = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("oreg_ccl all")]
     assert len(runs) == 3, [e["name"] for e in events if e.get("cat") == "kernel"]
+    # The stream's wait for each (wait(), which a synchronous call makes) is a kernel of its own.
+    waits = [e for e in events if e.get("cat") == "kernel" and e["name"] == "oreg_ccl wait"]
+    assert len(waits) == 3 and all(e["tid"] == 0 for e in waits), waits
     for e in runs:
-        assert e["name"].startswith("oreg_ccl allreduce#") and e["pid"] == rank, e
+        assert e["name"] == "oreg_ccl allreduce 65536 x Float SUM" and e["pid"] == rank, e
         assert ops[e["args"]["External id"]] == "c10d::allreduce_", e
     assert torch.equal(x.cpu(), torch.full((1 << 16,), float(n) ** 4))
 
