@@ -28,7 +28,7 @@ struct KernelRun {
   int32_t device = 0;
   int32_t stream = 0;  // c10::StreamId, or kCollectiveRow
   const char* op = nullptr;  // the launching operator's name (static), if known
-  std::string name;          // a collective's (its kernel is named after the operator otherwise)
+  std::string name;          // a collective's or a KernelNameScope's (else: after the operator)
 };
 
 // The trace row of a device's collectives (NCCL runs its kernels on a stream

@@ -6,8 +6,9 @@
 // device and stream, timed on the stream's worker and linked to the operator
 // that launched it, as CUPTI's kernel records are for CUDA. So
 // key_averages() shows device time per operator and the Chrome trace shows
-// one row per stream.
-// Tests: tests/runtime/test_profiler.py.
+// one row per stream; oreg_ccl adds its collectives (recordCollectiveRun) and
+// names its streams' waits for them (KernelNameScope).
+// Tests: tests/runtime/test_profiler.py, tests/distributed/test_semantics.py.
 #pragma once
 
 #include <c10/core/Stream.h>
