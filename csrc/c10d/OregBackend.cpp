@@ -358,6 +358,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
       auto transport = transport_;
       const uint64_t before = orStreamLaunchCount(op.stream);
       try {
+        UntracedLaunches untraced;  // the start of a wait, as CUDA's events (OpenRegKinetoPlugin.h)
         launchKernel(stream,
                      [ready, transport] {
                        ready->store(true, std::memory_order_release);

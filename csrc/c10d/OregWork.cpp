@@ -87,7 +87,7 @@ c10::intrusive_ptr<c10::ivalue::Future> OregWork::makeDeviceFuture() {
     const c10::Stream stream = futureStreams_->of(device.index());
     sanitizerJoinStream(rawStream(stream));
     if (!done) {
-      KernelNameScope name("oreg_ccl wait");  // in torch.profiler's trace
+      UntracedLaunches untraced;  // a stream wait, as CUDA's events (OpenRegKinetoPlugin.h)
       launchKernel(stream, holdUntilDone(/*raises=*/false));
     }
     // The future's event is recorded on the current stream of its device.
@@ -267,7 +267,7 @@ void OregWork::blockStream() {
   // already failed raises directly.
   const uint64_t before = orStreamLaunchCount(rawStream(stream));
   {
-    KernelNameScope name("oreg_ccl wait");  // in torch.profiler's trace: the stream waits here
+    UntracedLaunches untraced;  // a stream wait, as CUDA's events (OpenRegKinetoPlugin.h)
     launchKernel(stream, holdUntilDone(/*raises=*/true));
   }
   if (streamOrder_) streamOrder_->coverWait(rawStream(stream), before);

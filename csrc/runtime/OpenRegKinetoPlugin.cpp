@@ -28,7 +28,7 @@ struct KernelRun {
   int32_t device = 0;
   int32_t stream = 0;  // c10::StreamId, or kCollectiveRow
   const char* op = nullptr;  // the launching operator's name (static), if known
-  std::string name;          // a collective's or a KernelNameScope's (else: after the operator)
+  std::string name;          // a collective's (a kernel is named after its operator)
 };
 
 // The trace row of a device's collectives (NCCL runs its kernels on a stream
@@ -51,7 +51,7 @@ struct Pushed {
   uint64_t id;
 };
 thread_local std::vector<Pushed> t_operators;
-thread_local const char* t_kernelName = nullptr;  // KernelNameScope
+thread_local bool t_untraced = false;  // UntracedLaunches
 
 int32_t launchingOperator() {
   if (t_operators.empty() || t_operators.back().session != g_session.load()) return 0;
@@ -200,10 +200,10 @@ struct Registrar {
 }  // namespace
 
 std::function<void()> tracedKernel(const c10::Stream& stream, std::function<void()> kernel) {
+  if (t_untraced) return kernel;
   KernelRun run;
   run.correlation = launchingOperator();
   run.op = launchingOpName();
-  if (t_kernelName) run.name = t_kernelName;
   run.device = stream.device_index();
   run.stream = static_cast<int32_t>(stream.id());
   g_tracedDevices.fetch_or(uint64_t{1} << run.device, std::memory_order_relaxed);
@@ -228,8 +228,8 @@ void recordHostRun(const c10::Stream& stream, int64_t startNs) {
   g_runs.push_back(run);
 }
 
-KernelNameScope::KernelNameScope(const char* name) : previous_(t_kernelName) { t_kernelName = name; }
-KernelNameScope::~KernelNameScope() { t_kernelName = previous_; }
+UntracedLaunches::UntracedLaunches() : previous_(t_untraced) { t_untraced = true; }
+UntracedLaunches::~UntracedLaunches() { t_untraced = previous_; }
 
 TraceOrigin collectiveOrigin(int device) {
   if (!tracingKernels() || device < 0) return {};

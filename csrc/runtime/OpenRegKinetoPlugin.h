@@ -7,7 +7,7 @@
 // that launched it, as CUPTI's kernel records are for CUDA. So
 // key_averages() shows device time per operator and the Chrome trace shows
 // one row per stream; oreg_ccl adds its collectives (recordCollectiveRun) and
-// names its streams' waits for them (KernelNameScope).
+// keeps its streams' waits for them out (UntracedLaunches).
 // Tests: tests/runtime/test_profiler.py, tests/distributed/test_semantics.py.
 #pragma once
 
@@ -33,17 +33,19 @@ inline bool tracingKernels() { return detail::g_tracingKernels.load(std::memory_
 // launching thread.
 std::function<void()> tracedKernel(const c10::Stream& stream, std::function<void()> kernel);
 
-// Names the kernels this thread launches while it lives (for kernels that no
-// operator launches, such as a collective's stream wait).
-class KernelNameScope {
+// While one lives, this thread's launches are no device work in the trace:
+// oreg_ccl's kernels that hold a stream until a collective is done, or mark
+// where one may start, stand for what CUDA's streams do with events (a gap in
+// the stream's row; the collective itself is on its own row).
+class UntracedLaunches {
  public:
-  explicit KernelNameScope(const char* name);  // a static string
-  ~KernelNameScope();
-  KernelNameScope(const KernelNameScope&) = delete;
-  KernelNameScope& operator=(const KernelNameScope&) = delete;
+  UntracedLaunches();
+  ~UntracedLaunches();
+  UntracedLaunches(const UntracedLaunches&) = delete;
+  UntracedLaunches& operator=(const UntracedLaunches&) = delete;
 
  private:
-  const char* previous_;
+  bool previous_;
 };
 
 // Work the host did itself in `stream`'s order, from `startNs` (c10::getTime)

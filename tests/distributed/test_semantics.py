@@ -592,9 +592,9 @@ def collectives_in_the_profile(rank, n):
     ops = {e["args"]["External id"]: e["name"] for e in events if e.get("cat") == "cpu_op"}
     runs = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("oreg_ccl all")]
     assert len(runs) == 3, [e["name"] for e in events if e.get("cat") == "kernel"]
-    # The stream's wait for each (wait(), which a synchronous call makes) is a kernel of its own.
-    waits = [e for e in events if e.get("cat") == "kernel" and e["name"] == "oreg_ccl wait"]
-    assert len(waits) == 3 and all(e["tid"] == 0 for e in waits), waits
+    # The stream's marker and wait for each are no device work, as CUDA's events: the
+    # collectives are the only kernels here.
+    assert all(e["name"].startswith("oreg_ccl all") for e in events if e.get("cat") == "kernel")
     for e in runs:
         assert e["name"] == "oreg_ccl allreduce 65536 x Float SUM" and e["pid"] == rank, e
         assert ops[e["args"]["External id"]] == "c10d::allreduce_", e

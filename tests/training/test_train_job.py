@@ -501,12 +501,12 @@ def test_sigint_stops_every_simulated_host(tmp_path, target):
 @pytest.mark.timeout(600)
 def test_profile_steps_write_a_trace_per_rank_with_device_work(tmp_path):
     # --profile-steps: torch.profiler after the warm-up; each rank's Chrome trace
-    # holds its device's kernels, its collectives and the stream's waits for them.
+    # holds its device's kernels and its collectives.
     run_job(tmp_path, "--strategy", "ddp", "--profile-steps", "2", nproc=2)
     for rank in range(2):
         events = json.loads((tmp_path / f"trace_rank{rank}.json").read_text())["traceEvents"]
         kernels = [e for e in events if e.get("cat") == "kernel"]
         names = {e["name"] for e in kernels}
-        assert {"kernel aten::mm", "oreg_ccl wait"} <= names, sorted(names)
+        assert "kernel aten::mm" in names, sorted(names)
         assert any(n.startswith("oreg_ccl allreduce") for n in names), sorted(names)
         assert {e["pid"] for e in kernels} == {rank}
