@@ -3,6 +3,7 @@
 #include <c10/core/TensorImpl.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -133,7 +134,8 @@ void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
                   const std::vector<at::Tensor>& reads, const std::vector<at::Tensor>& writes) {
   orStream raw = rawStream(stream);
   releaseOpenMPTeamForLaunch();  // the device computes now (OpenMPThreads.h)
-  if (tracingKernels()) kernel = tracedKernel(stream, std::move(kernel));
+  std::optional<TracedLaunch> traced;  // torch.profiler (OpenRegKinetoPlugin.h)
+  if (tracingKernels()) traced.emplace(stream, kernel);
   // Only the race checker reads the accesses.
   orError error = orLaunchKernel(raw, std::move(kernel),
                                  orSanitizerEnabled() ? accessesOf(reads, writes)

@@ -29,6 +29,15 @@ struct KernelRun {
   int32_t stream = 0;  // c10::StreamId, or kCollectiveRow
   const char* op = nullptr;  // the launching operator's name (static), if known
   std::string name;          // a collective's (a kernel is named after its operator)
+  uint32_t flow = 0;         // its launch's (Launch), 0 if none
+};
+
+// A kernel's launch on the host (cudaLaunchKernel's counterpart).
+struct Launch {
+  int64_t start = 0, end = 0;
+  int32_t correlation = 0;
+  int32_t thread = 0;  // system thread id
+  uint32_t flow = 0;   // shared with its KernelRun: the trace's arrow
 };
 
 // The trace row of a device's collectives (NCCL runs its kernels on a stream
@@ -39,6 +48,8 @@ constexpr int32_t kCollectiveRow = 1 << 20;
 // records live here, where every stream worker can append to them.
 std::mutex g_runsMutex;
 std::vector<KernelRun> g_runs;
+std::vector<Launch> g_launches;  // GUARDED_BY g_runsMutex
+std::atomic<uint32_t> g_flows{0};
 std::atomic<uint64_t> g_session{0};  // which session records (a count)
 std::atomic<uint64_t> g_tracedDevices{0};  // bit d: a kernel was traced on device d
 
@@ -66,6 +77,7 @@ class KernelTraceSession final : public libkineto::IActivityProfilerSession {
     {
       std::lock_guard<std::mutex> lock(g_runsMutex);
       g_runs.clear();
+      g_launches.clear();
     }
     g_session.fetch_add(1);
     trackLaunchingOps();  // kernel names, also when no CPU operator is recorded to link to
@@ -97,9 +109,11 @@ class KernelTraceSession final : public libkineto::IActivityProfilerSession {
                     libkineto::getLinkedActivityCallback operatorOf, int64_t startTime,
                     int64_t endTime) override {
     std::vector<KernelRun> runs;
+    std::vector<Launch> launches;
     {
       std::lock_guard<std::mutex> lock(g_runsMutex);
       runs.swap(g_runs);
+      launches.swap(g_launches);
     }
     trace_ = std::make_unique<libkineto::CpuTraceBuffer>();
     trace_->span = libkineto::TraceSpan(startTime, endTime, "openreg");
@@ -122,8 +136,31 @@ class KernelTraceSession final : public libkineto::IActivityProfilerSession {
       a.device = run.device;
       a.resource = run.stream;
       a.linked = op;
+      if (run.flow) {
+        a.flow.id = run.flow;
+        a.flow.type = libkineto::kLinkAsyncCpuGpu;
+        a.flow.start = 0;
+      }
       a.log(logger);
       streams_.insert({run.device, run.stream});
+    }
+    if (!types_.count(ActivityType::PRIVATEUSE1_RUNTIME)) return;
+    for (const Launch& launch : launches) {
+      if (launch.start < startTime) continue;
+      trace_->emplace_activity(trace_->span, ActivityType::PRIVATEUSE1_RUNTIME,
+                               "openregLaunchKernel");
+      libkineto::GenericTraceActivity& a = *trace_->activities.back();
+      a.startTime = launch.start;
+      a.endTime = launch.end;
+      a.id = launch.correlation;
+      a.device = libkineto::processId();
+      a.resource = launch.thread;
+      a.threadId = launch.thread;
+      a.linked = launch.correlation ? operatorOf(launch.correlation) : nullptr;
+      a.flow.id = launch.flow;
+      a.flow.type = libkineto::kLinkAsyncCpuGpu;
+      a.flow.start = 1;
+      a.log(logger);
     }
   }
 
@@ -168,7 +205,8 @@ class OpenRegActivityProfiler final : public libkineto::IActivityProfiler {
 
   const std::set<ActivityType>& availableActivities() const override {
     static const std::set<ActivityType> types{ActivityType::CONCURRENT_KERNEL,
-                                              ActivityType::GPU_MEMCPY};
+                                              ActivityType::GPU_MEMCPY,
+                                              ActivityType::PRIVATEUSE1_RUNTIME};
     return types;
   }
 
@@ -179,7 +217,9 @@ class OpenRegActivityProfiler final : public libkineto::IActivityProfiler {
     std::set<ActivityType> wanted;
     for (ActivityType t : availableActivities())
       if (activityTypes.count(t)) wanted.insert(t);
-    if (wanted.empty()) return nullptr;
+    // Launch events alone (ProfilerActivity.CPU asks for those) do not start a session.
+    if (!wanted.count(ActivityType::CONCURRENT_KERNEL) && !wanted.count(ActivityType::GPU_MEMCPY))
+      return nullptr;
     return std::make_unique<KernelTraceSession>(std::move(wanted));
   }
 
@@ -199,21 +239,30 @@ struct Registrar {
 
 }  // namespace
 
-std::function<void()> tracedKernel(const c10::Stream& stream, std::function<void()> kernel) {
-  if (t_untraced) return kernel;
+TracedLaunch::TracedLaunch(const c10::Stream& stream, std::function<void()>& kernel) {
+  if (t_untraced) return;
   KernelRun run;
-  run.correlation = launchingOperator();
+  run.correlation = correlation_ = launchingOperator();
   run.op = launchingOpName();
   run.device = stream.device_index();
   run.stream = static_cast<int32_t>(stream.id());
+  run.flow = flow_ = g_flows.fetch_add(1, std::memory_order_relaxed) + 1;
   g_tracedDevices.fetch_or(uint64_t{1} << run.device, std::memory_order_relaxed);
-  return [run, kernel = std::move(kernel)]() mutable {
+  kernel = [run, body = std::move(kernel)]() mutable {
     run.start = c10::getTime();
-    kernel();  // a kernel that throws fails its stream; it gets no record
+    body();  // a kernel that throws fails its stream; it gets no record
     run.end = c10::getTime();
     std::lock_guard<std::mutex> lock(g_runsMutex);
-    g_runs.push_back(run);
+    g_runs.push_back(std::move(run));
   };
+  start_ = c10::getTime();
+}
+
+TracedLaunch::~TracedLaunch() {
+  if (!flow_) return;
+  Launch launch{start_, c10::getTime(), correlation_, libkineto::systemThreadId(), flow_};
+  std::lock_guard<std::mutex> lock(g_runsMutex);
+  g_launches.push_back(launch);
 }
 
 void recordHostRun(const c10::Stream& stream, int64_t startNs) {

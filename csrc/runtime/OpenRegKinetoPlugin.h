@@ -28,10 +28,23 @@ extern std::atomic<bool> g_tracingKernels;
 // load on every launch when not profiling.
 inline bool tracingKernels() { return detail::g_tracingKernels.load(std::memory_order_relaxed); }
 
-// `kernel`, timed when it runs on `stream` and recorded for the trace. The
-// operator that launches it (its correlation id) is taken now, on the
-// launching thread.
-std::function<void()> tracedKernel(const c10::Stream& stream, std::function<void()> kernel);
+// A launch of `kernel` on `stream` while a profile records (launchKernel):
+// wraps `kernel` so that its run is timed and recorded, with the operator
+// launching it (taken now, on the launching thread); the launch itself, from
+// construction to destruction, becomes a host event ("openregLaunchKernel",
+// as cudaLaunchKernel) with a flow arrow to the kernel in the trace.
+class TracedLaunch {
+ public:
+  TracedLaunch(const c10::Stream& stream, std::function<void()>& kernel);
+  ~TracedLaunch();
+  TracedLaunch(const TracedLaunch&) = delete;
+  TracedLaunch& operator=(const TracedLaunch&) = delete;
+
+ private:
+  uint32_t flow_ = 0;  // 0: not traced (an UntracedLaunches scope)
+  int32_t correlation_ = 0;
+  int64_t start_ = 0;
+};
 
 // While one lives, this thread's launches are no device work in the trace:
 // oreg_ccl's kernels that hold a stream until a collective is done, or mark

@@ -67,6 +67,11 @@ def test_torch_profiler_shows_each_kernel_on_its_device_and_stream(python):
         events = json.load(open(path))["traceEvents"]
         ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"}
         device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy")]
+        # Each launch is a host event with an arrow to its kernel, as cudaLaunchKernel's.
+        launches = [e for e in events if e.get("name") == "openregLaunchKernel"]
+        starts = {e["id"] for e in events if e.get("cat") == "ac2g" and e["ph"] == "s"}
+        ends = {e["id"] for e in events if e.get("cat") == "ac2g" and e["ph"] == "f"}
+        print("launches", len(launches) >= 4, starts == ends, len(starts) == len(launches))
         for e in sorted(device, key=lambda e: e["name"]):
             op = ops[e["args"]["External id"]]
             # Launched inside its operator (the two clocks agree to a few us).
@@ -76,7 +81,8 @@ def test_torch_profiler_shows_each_kernel_on_its_device_and_stream(python):
     assert r.returncode == 0, r.stderr
     lines = [" ".join(line.split()[:7]) for line in r.stdout.splitlines()]
     assert lines[0] == "mm 3 True True"
-    assert lines[1:] == [
+    assert lines[1] == "launches True True True"
+    assert lines[2:] == [
         "gpu_memcpy Memcpy aten::_copy_from 1 False aten::_copy_from True",
         *["kernel kernel aten::mm 1 False aten::mm True"] * 3,
         "kernel kernel aten::mul 1 True aten::mul True",
