@@ -10,7 +10,6 @@
 #include <ATen/ops/copy.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/util/ApproximateClock.h>
 
 #include "../runtime/OpenRegException.h"
 #include "../runtime/OpenRegFunctions.h"
@@ -74,9 +73,7 @@ void runSynchronously(const c10::Stream& stream, std::function<void()> body,
   checkHostAccess(stream, {read}, {written});
   orStream raw = rawStream(stream);
   if (orStreamQuery(raw) == orSuccess) {
-    const int64_t start = tracingKernels() ? c10::getTime() : 0;
-    body();
-    if (start) recordHostRun(stream, start);
+    runAsStreamWork(stream, body);
     return;
   }
   launchKernel(stream, std::move(body));

@@ -35,7 +35,6 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/MemoryFormat.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
-#include <c10/util/ApproximateClock.h>
 #include <c10/util/flat_hash_map.h>
 
 #include <algorithm>
@@ -328,9 +327,7 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
 
   torch::jit::drop(*stack, num_args);
   torch::jit::Stack cpu_stack(call.args.begin(), call.args.end());
-  const int64_t start = tracingKernels() ? c10::getTime() : 0;
-  op.redispatchBoxed(kCPUKeys, &cpu_stack);
-  if (start) recordHostRun(stream, start);  // the kernel, as the profiler shows it
+  runAsStreamWork(stream, [&] { op.redispatchBoxed(kCPUKeys, &cpu_stack); });
   syncInputMetadata(call.originals, call.converted);
   for (auto& [dev, host] : out_args) {
     // A resize that grows the storage queues a copy of the old contents into
@@ -992,8 +989,8 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
                           size_t num_args, c10::Device device, const ResultDtypes* result_dtypes) {
   const auto& schema = op.schema();
   if (!returnsOnlyTensors(schema)) return false;
-  // One that returns nothing is queued only if it writes an argument (in-place
-  // foreach ops, AMP's unscale); one that writes none is a host-side check
+  // One that returns nothing is queued only if it writes an argument (AMP's
+  // unscale, fused Adam); one that writes none is a host-side check
   // (_assert_tensor_metadata), whose error belongs to the call.
   if (schema.returns().empty() && !writesAnArgument(schema)) return false;
   if (syncOnlyOps().contains(schema.operator_name())) return false;

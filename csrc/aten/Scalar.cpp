@@ -5,8 +5,6 @@
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/fill.h>
 
-#include <c10/util/ApproximateClock.h>
-
 #include "../runtime/OpenRegCachingAllocator.h"
 #include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegKinetoPlugin.h"
@@ -50,9 +48,8 @@ c10::Scalar _local_scalar_dense(const at::Tensor& self) {
   const c10::Stream stream = getCurrentStream(self.device().index());
   synchronizeStream(stream);
   checkHostAccess(stream, {self}, {});
-  const int64_t start = tracingKernels() ? c10::getTime() : 0;
-  c10::Scalar value = at::_local_scalar_dense(kernelView(self));
-  if (start) recordHostRun(stream, start);  // the profiler's DtoH copy
+  c10::Scalar value;
+  runAsStreamWork(stream, [&] { value = at::_local_scalar_dense(kernelView(self)); });  // a DtoH copy
   return value;
 }
 

@@ -5,7 +5,6 @@
 #include "OregBackend.h"
 
 #include <ATen/ops/zeros.h>
-#include <c10/util/ApproximateClock.h>
 #include <c10/util/ScopeExit.h>
 #include <c10/util/StringUtil.h>
 #include <c10/util/thread_name.h>
@@ -324,9 +323,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   }
   op.body = std::move(body);
   op.post = std::move(post);
-  op.device = device;
-  if (!op.post) op.origin = collectiveOrigin(device);  // inside the c10d operator issuing it
-  if (op.origin.traced) op.traceName = "oreg_ccl " + name + " " + desc;
+  if (!op.post) op.origin = collectiveOrigin(device, name, desc);  // inside the issuing c10d op
   if (device >= 0) {
     // The body holds aliases (forWorker); the caller's tensors stay alive
     // until wait() queued its stream hold or the operation finished.
@@ -591,9 +588,7 @@ void OregBackend::runOp(Op& op) {
     } else {
       {
         BusySpan busy;  // stream dependencies met: the collective itself
-        const int64_t start = op.origin.traced ? c10::getTime() : 0;
-        op.body(c);
-        if (start) recordCollectiveRun(op.device, op.origin, std::move(op.traceName), start);
+        runTracedCollective(op.origin, [&] { op.body(c); });
       }
       // Future callbacks run here; one that issues on this group makes
       // enqueue run the queue on this thread (runQueuedThrough).

@@ -205,9 +205,7 @@ class OregBackend final : public c10d::Backend {
     std::string what;
     Body body;
     Post post;
-    int device = -1;     // of its openreg tensors (-1: host tensors)
     TraceOrigin origin;  // for torch.profiler (OpenRegKinetoPlugin.h)
-    std::string traceName;  // its name there, when traced
   };
   struct InFlight {
     RequestPtr req;

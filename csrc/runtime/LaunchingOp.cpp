@@ -24,9 +24,6 @@ void leave(const at::RecordFunction& /*fn*/, at::ObserverContext* /*ctx*/) {
   if (!t_ops.empty()) t_ops.pop_back();
 }
 
-}  // namespace
-
-namespace {
 std::mutex g_trackingMutex;
 int g_trackers = 0;
 at::CallbackHandle g_callback = 0;

@@ -1,9 +1,7 @@
 #include "OpenRegKinetoPlugin.h"
 
-#include "LaunchingOp.h"
 #include "OpenRegStream.h"
 
-#include <c10/util/ApproximateClock.h>
 #include <kineto/libkineto.h>
 
 #include <limits>
@@ -26,7 +24,7 @@ struct KernelRun {
   int64_t start = 0, end = 0;  // c10::getTime()'s clock: the profiler's own
   int32_t correlation = 0;     // the launching operator's (0: none known)
   int32_t device = 0;
-  int32_t stream = 0;  // c10::StreamId, or kCollectiveRow
+  int32_t stream = 0;  // c10::StreamId, or kCollectiveRow (the header)
   const char* op = nullptr;  // the launching operator's name (static), if known
   std::string name;          // a collective's (a kernel is named after its operator)
   uint32_t flow = 0;         // its launch's (Launch), 0 if none
@@ -39,10 +37,6 @@ struct Launch {
   int32_t thread = 0;  // system thread id
   uint32_t flow = 0;   // shared with its KernelRun: the trace's arrow
 };
-
-// The trace row of a device's collectives (NCCL runs its kernels on a stream
-// of its own); far from any stream id openreg hands out.
-constexpr int32_t kCollectiveRow = 1 << 20;
 
 // Kineto records one profile at a time, so the runs of the one session that
 // records live here, where every stream worker can append to them.
@@ -64,10 +58,6 @@ struct Pushed {
 thread_local std::vector<Pushed> t_operators;
 thread_local bool t_untraced = false;  // UntracedLaunches
 
-int32_t launchingOperator() {
-  if (t_operators.empty() || t_operators.back().session != g_session.load()) return 0;
-  return static_cast<int32_t>(t_operators.back().id);
-}
 
 class KernelTraceSession final : public libkineto::IActivityProfilerSession {
  public:
@@ -242,7 +232,7 @@ struct Registrar {
 TracedLaunch::TracedLaunch(const c10::Stream& stream, std::function<void()>& kernel) {
   if (t_untraced) return;
   KernelRun run;
-  run.correlation = correlation_ = launchingOperator();
+  run.correlation = correlation_ = launchingCorrelation();
   run.op = launchingOpName();
   run.device = stream.device_index();
   run.stream = static_cast<int32_t>(stream.id());
@@ -265,38 +255,32 @@ TracedLaunch::~TracedLaunch() {
   g_launches.push_back(launch);
 }
 
-void recordHostRun(const c10::Stream& stream, int64_t startNs) {
+void recordRun(int device, int32_t stream, int32_t correlation, const char* op, std::string name,
+               int64_t startNs) {
   KernelRun run;
-  run.correlation = launchingOperator();
-  run.op = launchingOpName();
-  run.device = stream.device_index();
-  run.stream = static_cast<int32_t>(stream.id());
-  run.start = startNs;
-  run.end = c10::getTime();
-  std::lock_guard<std::mutex> lock(g_runsMutex);
-  g_runs.push_back(run);
-}
-
-UntracedLaunches::UntracedLaunches() : previous_(t_untraced) { t_untraced = true; }
-UntracedLaunches::~UntracedLaunches() { t_untraced = previous_; }
-
-TraceOrigin collectiveOrigin(int device) {
-  if (!tracingKernels() || device < 0) return {};
-  g_tracedDevices.fetch_or(uint64_t{1} << device, std::memory_order_relaxed);
-  return {true, launchingOperator(), launchingOpName()};
-}
-
-void recordCollectiveRun(int device, const TraceOrigin& origin, std::string name, int64_t startNs) {
-  KernelRun run;
-  run.correlation = origin.correlation;
-  run.op = origin.op;
+  run.correlation = correlation;
+  run.op = op;
   run.device = device;
-  run.stream = kCollectiveRow;
+  run.stream = stream;
   run.name = std::move(name);
   run.start = startNs;
   run.end = c10::getTime();
   std::lock_guard<std::mutex> lock(g_runsMutex);
   g_runs.push_back(std::move(run));
+}
+
+int32_t launchingCorrelation() {
+  if (t_operators.empty() || t_operators.back().session != g_session.load()) return 0;
+  return static_cast<int32_t>(t_operators.back().id);
+}
+
+UntracedLaunches::UntracedLaunches() : previous_(t_untraced) { t_untraced = true; }
+UntracedLaunches::~UntracedLaunches() { t_untraced = previous_; }
+
+TraceOrigin collectiveOrigin(int device, const std::string& op, const std::string& desc) {
+  if (!tracingKernels() || device < 0) return {};
+  g_tracedDevices.fetch_or(uint64_t{1} << device, std::memory_order_relaxed);
+  return {true, device, launchingCorrelation(), launchingOpName(), "oreg_ccl " + op + " " + desc};
 }
 
 }  // namespace openreg
