@@ -114,6 +114,12 @@ def __getattr__(name):
     # it a checkpointed block with dropout recomputes another mask.
     if name == "_initialized":
         return is_initialized()
+    # Inductor's code generators for openreg, which torch looks up here when
+    # torch.compile first needs them (not imported before: Inductor is heavy).
+    if name in ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen"):
+        from . import _inductor
+
+        return getattr(_inductor, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "../runtime/LaunchingOp.h"
+#include "CompiledKernels.h"
 #include "MemorySnapshot.h"
 #include "../aten/FallbackStats.h"
 #include "../aten/Launch.h"
@@ -105,6 +106,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_memory_fraction",
         [](int d) { return getMemoryFraction(static_cast<c10::DeviceIndex>(d)); });
   bindMemorySnapshot(m);  // _record_memory_history, _snapshot
+  bindCompiledKernels(m);  // _launch_compiled_kernel (openreg/_inductor)
 
   m.def("_set_sync_debug_mode", [](int mode) { set_sync_debug_mode(mode); });
   m.def("_get_sync_debug_mode", [] { return get_sync_debug_mode(); });

@@ -1,0 +1,11 @@
+// Inductor's C++ kernels on openreg streams (openreg/_inductor): the launch
+// binding, openreg._C._launch_compiled_kernel (CompiledKernels.cpp).
+#pragma once
+
+#include <torch/csrc/utils/pybind.h>
+
+namespace openreg {
+
+void bindCompiledKernels(py::module& m);
+
+}  // namespace openreg

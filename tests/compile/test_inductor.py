@@ -1,0 +1,183 @@
+"""torch.compile's default backend (Inductor) on openreg (openreg/_inductor):
+C++ kernels generated as for the CPU, launched on the current openreg stream."""
+import pytest
+import torch
+import torch.nn as nn
+from torch._inductor.utils import fresh_cache, run_and_get_code
+
+DEV = torch.device("openreg:0")
+
+
+@pytest.fixture(autouse=True)
+def fresh_compile():
+    # Every test compiles for real (no artifacts of earlier runs or tests).
+    torch._dynamo.reset()
+    with fresh_cache():
+        yield
+    torch._dynamo.reset()
+
+
+def compiled_code(fn, *args):
+    out, code = run_and_get_code(torch.compile(fn), *args)
+    return out, "\n".join(code)
+
+
+def test_fused_kernel_runs_on_the_tensors_device():
+    def f(x, y):
+        return (x * 2 + y).relu().sum(1)
+
+    dev = torch.device("openreg:1")
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    out, code = compiled_code(f, x.to(dev), y.to(dev))
+    assert "openreg_build_kernel" in code  # a generated kernel, not eager fallbacks
+    assert "device='openreg:1'" in code  # buffers on the inputs' device, not the current one
+    assert out.device == dev
+    torch.testing.assert_close(out.cpu(), f(x, y))
+
+
+def test_kernel_is_queued_on_the_current_stream():
+    f = torch.compile(lambda x: x.sin() + 1)
+    x = torch.randn(1000, device=DEV)
+    f(x)  # compile outside the timing-sensitive part
+    torch.openreg.synchronize()
+    side = torch.openreg.Stream(DEV)
+    with torch.openreg.stream(side):
+        torch.openreg._sleep(300)
+        out = f(x)
+        # The host returned while the kernel waits behind the sleep on `side`.
+        assert not side.query()
+    assert torch.openreg.current_stream().query()  # nothing went to the default stream
+    side.synchronize()
+    torch.testing.assert_close(out.cpu(), x.cpu().sin() + 1)
+
+
+def test_dynamic_shapes_and_bfloat16():
+    def f(x, y):
+        return (x.float() * 2 + y).sum(0).to(torch.bfloat16)
+
+    cf = torch.compile(f, dynamic=True)
+    for rows in (5, 7, 9):  # sizes reach the kernel as int64 arguments
+        x = torch.randn(rows, 8, dtype=torch.bfloat16)
+        y = torch.randn(rows, 8)
+        out = cf(x.to(DEV), y.to(DEV))
+        assert out.dtype == torch.bfloat16
+        torch.testing.assert_close(out.cpu(), f(x, y))
+
+
+def test_graph_with_cpu_and_openreg_tensors():
+    def f(x, c):
+        return (x * 3).cpu() + c, (x + c.to(x.device)).exp()
+
+    x, c = torch.randn(6), torch.randn(6)
+    a, b = torch.compile(f)(x.to(DEV), c)
+    assert a.device.type == "cpu" and b.device == DEV
+    ra, rb = f(x, c)
+    torch.testing.assert_close(a, ra)
+    torch.testing.assert_close(b.cpu(), rb)
+
+
+def test_dropout_uses_the_device_generator():
+    x = torch.ones(4000, device=DEV)
+    f = torch.compile(lambda x: nn.functional.dropout(x, 0.5, training=True))
+    torch.openreg.manual_seed(1)
+    a = f(x).cpu()
+    torch.openreg.manual_seed(1)
+    b = f(x).cpu()
+    torch.testing.assert_close(a, b)  # seeded by torch.openreg.manual_seed
+    assert set(a.unique().tolist()) == {0.0, 2.0}
+    assert 0.45 < (a == 0).float().mean().item() < 0.55
+
+
+def test_cond_subgraphs():
+    def f(p, x):
+        return torch.cond(p, lambda x: (x * 2).sin(), lambda x: (x + 1).cos(), (x,))
+
+    cf = torch.compile(f)
+    x = torch.randn(10)
+    for p in (True, False):
+        out = cf(torch.tensor(p, device=DEV), x.to(DEV))
+        torch.testing.assert_close(out.cpu(), f(torch.tensor(p), x))
+
+
+def test_max_autotune_keeps_matmul_on_openreg_kernels():
+    a, b = torch.randn(32, 48), torch.randn(48, 16)
+    f = torch.compile(lambda a, b: (a @ b).relu() + 1, mode="max-autotune")
+    out = f(a.to(DEV), b.to(DEV))
+    torch.testing.assert_close(out.cpu(), (a @ b).relu() + 1, rtol=1e-4, atol=1e-4)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 32)
+        self.body = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 50))
+
+    def forward(self, idx):
+        return self.body(self.emb(idx)).mean(1)
+
+
+def test_training_matches_cpu_eager():
+    torch.manual_seed(0)
+    ref = Net()
+    model = Net()
+    model.load_state_dict(ref.state_dict())
+    model.to(DEV)
+    step = torch.compile(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    for _ in range(4):
+        idx, target = torch.randint(0, 50, (8, 12)), torch.randint(0, 50, (8,))
+        loss = nn.functional.cross_entropy(step(idx.to(DEV)), target.to(DEV))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        ref_loss = nn.functional.cross_entropy(ref(idx), target)
+        ref_loss.backward()
+        ref_opt.step()
+        ref_opt.zero_grad()
+        torch.testing.assert_close(loss.cpu(), ref_loss, rtol=1e-4, atol=1e-5)
+    for p, rp in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), rp.detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_race_checker_sees_compiled_kernels():
+    f = torch.compile(lambda x: x * 2)
+    x = torch.ones(1000, device=DEV)
+    f(x)
+    torch.openreg.synchronize()
+    side = torch.openreg.Stream(DEV)
+    with torch.openreg.sanitizer.enabled():
+        x.add_(1)  # written on the default stream
+        with torch.openreg.stream(side), pytest.raises(RuntimeError, match="race"):
+            f(x)  # read on `side` without waiting for it
+        torch.openreg.synchronize()
+        side.wait_stream(torch.openreg.current_stream())
+        with torch.openreg.stream(side):
+            out = f(x)  # ordered now: no report
+        torch.openreg.synchronize()
+    torch.testing.assert_close(out.cpu(), torch.full((1000,), 4.0))
+
+
+def test_out_of_bounds_index_fails_the_stream_like_a_device_assert(python):
+    result = python("""
+        import torch
+        w = torch.randn(10, 4, device="openreg")
+        i = torch.tensor([1, 12], device="openreg")
+        out = torch.compile(lambda w, i: w[i] * 2)(w, i)
+        print("launched", flush=True)  # the check runs in the kernel, not at the call
+        try:
+            out.cpu()
+        except torch.AcceleratorError as e:
+            print("raised:", e)
+    """, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "launched" in result.stdout
+    assert "raised: openreg kernel failed asynchronously" in result.stdout
+    assert "index out of bounds: 0 <= " in result.stdout
+
+
+def test_cpp_wrapper_mode_is_refused():
+    f = torch.compile(lambda x: x + 1)
+    with torch._inductor.config.patch(cpp_wrapper=True):
+        with pytest.raises(Exception, match="cpp_wrapper mode is not supported"):
+            f(torch.ones(3, device=DEV))
