@@ -3,12 +3,16 @@
 #include <array>
 #include <cstring>
 #include <optional>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
+#include <ATen/record_function.h>
 #include <c10/core/DeviceGuard.h>
 
 #include "../aten/Launch.h"
+#include "../runtime/LaunchingOp.h"
 #include "../runtime/OpenRegStream.h"
 
 namespace openreg {
@@ -27,7 +31,20 @@ struct KernelArgs {
   std::string kinds;
 };
 
-void launchCompiledKernel(uintptr_t entry, const std::string& kinds, const py::tuple& args) {
+// A kernel's name for as long as the process lives (race reports keep it).
+const char* internedName(const std::string& name) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.insert(name).first->c_str();
+}
+
+void launchCompiledKernel(uintptr_t entry, const std::string& name, const std::string& kinds,
+                          const py::tuple& args) {
+  // The kernel's name for the profiler (its launch and device activity) and
+  // the race checker, as CUPTI names a Triton kernel.
+  RECORD_FUNCTION(name, std::vector<c10::IValue>());
+  NamedLaunch named(internedName(name));
   TORCH_CHECK(args.size() == kinds.size(), "compiled openreg kernel: expected ", kinds.size(),
               " arguments, got ", args.size());
   KernelArgs kernelArgs;
@@ -90,8 +107,8 @@ void launchCompiledKernel(uintptr_t entry, const std::string& kinds, const py::t
 }  // namespace
 
 void bindCompiledKernels(py::module& m) {
-  m.def("_launch_compiled_kernel", &launchCompiledKernel, py::arg("entry"), py::arg("kinds"),
-        py::arg("args"));
+  m.def("_launch_compiled_kernel", &launchCompiledKernel, py::arg("entry"), py::arg("name"),
+        py::arg("kinds"), py::arg("args"));
 }
 
 }  // namespace openreg

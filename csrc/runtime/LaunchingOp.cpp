@@ -10,6 +10,7 @@ namespace openreg {
 namespace {
 
 thread_local std::vector<const char*> t_ops;  // the dispatcher calls in progress
+thread_local const char* t_named = nullptr;     // a NamedLaunch's
 
 std::unique_ptr<at::ObserverContext> enter(const at::RecordFunction& fn) {
   // Only a dispatcher operator's name (its schema's) outlives the call; other
@@ -41,6 +42,12 @@ void untrackLaunchingOps() {
   if (g_trackers > 0 && --g_trackers == 0) at::removeCallback(g_callback);
 }
 
-const char* launchingOpName() { return t_ops.empty() ? nullptr : t_ops.back(); }
+const char* launchingOpName() {
+  if (t_named) return t_named;
+  return t_ops.empty() ? nullptr : t_ops.back();
+}
+
+NamedLaunch::NamedLaunch(const char* name) : previous_(t_named) { t_named = name; }
+NamedLaunch::~NamedLaunch() { t_named = previous_; }
 
 }  // namespace openreg

@@ -13,7 +13,21 @@ namespace openreg {
 void trackLaunchingOps();
 void untrackLaunchingOps();
 // The innermost dispatcher operator running on this thread (a static string),
-// or nullptr.
+// or the name a NamedLaunch gave, or nullptr.
 const char* launchingOpName();
+
+// While one lives, this thread's launches are named `name` (a string that
+// outlives every report: the race checker keeps it): kernels no dispatcher
+// operator launches, such as Inductor's (csrc/python/CompiledKernels.cpp).
+class NamedLaunch {
+ public:
+  explicit NamedLaunch(const char* name);
+  ~NamedLaunch();
+  NamedLaunch(const NamedLaunch&) = delete;
+  NamedLaunch& operator=(const NamedLaunch&) = delete;
+
+ private:
+  const char* previous_;
+};
 
 }  // namespace openreg

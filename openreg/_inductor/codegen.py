@@ -22,7 +22,7 @@ from torch._inductor.virtualized import V
 # tells the wrapper which kernel definitions to build with kernels.build.
 _KERNEL_MARK = "// openreg kernel\n"
 _CPU_BINDING = "async_compile.cpp_pybinding("
-_OPENREG_BUILD = "openreg_build_kernel(async_compile, "
+_OPENREG_BUILD = "openreg_build_kernel(async_compile, {name!r}, "
 
 _CPU = torch.device("cpu")
 
@@ -58,7 +58,7 @@ class _OpenRegKernelCalls:
     def define_kernel(self, kernel_name, kernel_body, metadata=None, gpu=True,
                       cpp_definition=None):
         if _KERNEL_MARK in kernel_body and kernel_body.startswith(_CPU_BINDING):
-            kernel_body = _OPENREG_BUILD + kernel_body[len(_CPU_BINDING):]
+            kernel_body = _OPENREG_BUILD.format(name=kernel_name) + kernel_body[len(_CPU_BINDING):]
         super().define_kernel(kernel_name, kernel_body, metadata, gpu, cpp_definition)
 
     def make_allocation(self, name, device, dtype, shape, stride, allocation_shape=None,

@@ -7,7 +7,9 @@ Device memory is not host-accessible here, and a kernel must run in its
 stream's order, so an openreg kernel is built with an entry that takes one
 ``void*`` per argument instead; ``openreg._C._launch_compiled_kernel`` queues
 it on the current stream with kernel-visible addresses, declaring the tensors
-it reads (``const T*``) and writes (``T*``) to the race checker.
+it reads (``const T*``) and writes (``T*``) to the race checker, under a
+RecordFunction named after the kernel (``cpp_fused_relu_sum_0``), which the
+profiler shows as the kernel's operator.
 """
 
 import ctypes
@@ -52,21 +54,22 @@ def _entry_source(arg_types: list) -> str:
 class CompiledKernel:
     """One compiled kernel; calling it queues a run on the current stream."""
 
-    def __init__(self, arg_types: list, library):
+    def __init__(self, name: str, arg_types: list, library):
+        self._name = name
         self._kinds = "".join(map(_argument_kind, arg_types))
         self._library = library  # keeps the entry's code loaded
         self._entry = ctypes.cast(library.openreg_kernel_entry, ctypes.c_void_p).value
 
     def __call__(self, *args) -> None:
-        _C._launch_compiled_kernel(self._entry, self._kinds, args)
+        _C._launch_compiled_kernel(self._entry, self._name, self._kinds, args)
 
 
-def build(async_compile, arg_types: list, source: str):
+def build(async_compile, name: str, arg_types: list, source: str):
     """What generated code calls in place of ``async_compile.cpp_pybinding``:
     a CompiledKernel, or a future of one that ``async_compile.wait`` resolves
     when Inductor compiles in worker processes."""
     source = source + "\n" + _entry_source(arg_types)
     if get_compile_threads() <= 1:
-        return CompiledKernel(arg_types, CppCodeCache.load(source))
+        return CompiledKernel(name, arg_types, CppCodeCache.load(source))
     get_library = CppCodeCache.load_async(source, submit_fn=async_compile.submit)
-    return LambdaFuture(lambda: CompiledKernel(arg_types, get_library()))
+    return LambdaFuture(lambda: CompiledKernel(name, arg_types, get_library()))

@@ -148,7 +148,8 @@ def test_race_checker_sees_compiled_kernels():
     side = torch.openreg.Stream(DEV)
     with torch.openreg.sanitizer.enabled():
         x.add_(1)  # written on the default stream
-        with torch.openreg.stream(side), pytest.raises(RuntimeError, match="race"):
+        with torch.openreg.stream(side), pytest.raises(RuntimeError,
+                                                        match=r"race: a kernel \(cpp_fused_mul_0\)"):
             f(x)  # read on `side` without waiting for it
         torch.openreg.synchronize()
         side.wait_stream(torch.openreg.current_stream())
@@ -156,6 +157,20 @@ def test_race_checker_sees_compiled_kernels():
             out = f(x)  # ordered now: no report
         torch.openreg.synchronize()
     torch.testing.assert_close(out.cpu(), torch.full((1000,), 4.0))
+
+
+def test_profiler_names_device_time_after_the_kernel():
+    from torch.profiler import ProfilerActivity, profile
+
+    f = torch.compile(lambda x, w: ((x @ w).relu() * 2).sum(1))
+    x, w = torch.randn(64, 64, device=DEV), torch.randn(64, 64, device=DEV)
+    f(x, w)
+    torch.openreg.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        f(x, w)
+    device_time = {e.key: e.self_device_time_total for e in prof.key_averages()}
+    assert device_time["kernel cpp_fused_mul_relu_sum_0"] > 0  # the generated kernel
+    assert device_time["kernel aten::mm"] > 0  # the extern matmul
 
 
 def test_out_of_bounds_index_fails_the_stream_like_a_device_assert(python):
