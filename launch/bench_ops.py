@@ -77,8 +77,9 @@ def rows(quick):
                timeit(lambda: m_dev @ m_dev, sync, iters=iters, warmup=1, min_time=0.5), "throughput")
 
 
-def step_time(device, sanitize=False):
-    """Seconds per AdamW training step of the small GPT (launch/models/gpt.py) on `device`."""
+def step_time(device, sanitize=False, compile=False):
+    """Seconds per AdamW training step of the small GPT (launch/models/gpt.py) on `device`,
+    its model compiled by Inductor if `compile` (compiled during the warm-up steps)."""
     import os
     import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -87,6 +88,8 @@ def step_time(device, sanitize=False):
     torch.manual_seed(0)
     model = GPT(GPTConfig()).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    if compile:
+        model = torch.compile(model)
     x = torch.randint(0, 256, (16, 64)).to(device)
     y = torch.randint(0, 256, (16, 64)).to(device)
 
@@ -116,6 +119,8 @@ def train_step_rows():
     cpu = fresh("cpu")
     yield ("GPT training step (AdamW)", cpu, fresh("openreg"), "2 layers, d=128, batch 16x64")
     yield ("  same, race checker on", cpu, fresh("openreg", "--sanitize"), "OPENREG_SANITIZER=1")
+    yield ("  same, torch.compile (Inductor)", fresh("cpu", "--compile"),
+           fresh("openreg", "--compile"), "model compiled on both sides")
 
 
 def main():
@@ -123,9 +128,10 @@ def main():
     parser.add_argument("--quick", action="store_true", help="skip the 4096 matmul")
     parser.add_argument("--step", choices=["cpu", "openreg"], help=argparse.SUPPRESS)
     parser.add_argument("--sanitize", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--compile", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.step:  # one side of the training-step rows, in its own process
-        print(step_time(args.step, args.sanitize))
+        print(step_time(args.step, args.sanitize, args.compile))
         return
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}")
     print(f"# {'operation':<32}{'CPU':>13}{'openreg':>13}{'openreg/CPU':>13}  note")

@@ -70,6 +70,8 @@ def parse_args(argv=None):
                    help="clip the gradients' total norm to this (0: no clipping)")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast (FSDP2: MixedPrecisionPolicy)")
     p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile (Inductor) each transformer block")
     p.add_argument("--device-type", default="openreg", choices=("openreg", "cpu"))
     p.add_argument("--backend", default=None, help="default: oreg_ccl on openreg, gloo on cpu")
     p.add_argument("--checkpoint-dir", default=None,
@@ -207,12 +209,20 @@ def layout_error(args, world: int, local: int):
 
 def wrap(model, args, world, device):
     """Returns (model, data-parallel size, data-parallel rank). Activation
-    checkpointing goes after tensor parallelism (whose plan names the blocks'
-    own submodules) and before data parallelism, as in torchtitan."""
+    checkpointing and compilation go after tensor parallelism (whose plan names
+    the blocks' own submodules) and before data parallelism, as in torchtitan."""
     from torch.distributed.device_mesh import init_device_mesh
     rank = dist.get_rank() if dist.is_initialized() else 0
     s = args.strategy
-    checkpoint = apply_activation_checkpointing if args.activation_checkpointing else (lambda m: None)
+
+    def checkpoint(model):
+        """Activation checkpointing, then compilation: torchtitan's order (TP, AC, compile, DP)."""
+        if args.activation_checkpointing:
+            apply_activation_checkpointing(model)
+        if args.compile:
+            for block in model.blocks:
+                block.compile()
+
     if s not in ("tp", "dp_tp"):
         checkpoint(model)
     # One process: nothing to replicate or shard (tp without torchrun has no
@@ -588,6 +598,7 @@ def main(argv=None):
                    if steady_steps > 0 else 0.0,
                    "tokens_per_second": tokens / elapsed if elapsed else 0.0,
                    "peak_memory_bytes_per_device": peaks, "bf16": args.bf16,
+                   "compiled": args.compile,
                    # rank 0's share of the parameters (tensor parallelism and
                    # sharding shrink it)
                    "local_parameter_elements": local_parameter_elements(model),

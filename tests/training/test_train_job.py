@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "distributed"))
 from _torchrun import run  # noqa: E402  (kills torchrun's workers too on a timeout)
 
 
-def run_job(out_dir, *args, nproc=None, nodes=None, timeout=420):
+def run_job(out_dir, *args, nproc=None, nodes=None, timeout=420, env=None):
     """launch/train.py: one process, torchrun with `nproc` workers, or
     openreg-run with `nodes` simulated hosts of `nproc` devices each."""
     cmd = [sys.executable, TRAIN]
@@ -25,8 +25,7 @@ def run_job(out_dir, *args, nproc=None, nodes=None, timeout=420):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc-per-node={nproc}", TRAIN]
     cmd += ["--steps", str(STEPS), "--no-plot", "--out-dir", str(out_dir), *args]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    r = run(cmd, timeout=timeout, env=env)
+    r = run(cmd, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1", **(env or {})))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
     with open(os.path.join(out_dir, "summary.json")) as f:
         return json.load(f)
@@ -44,6 +43,17 @@ def test_strategy_matches_single_process_cpu(strategy, cpu_reference, tmp_path):
     assert summary["world_size"] == 4
     assert len(summary["losses"]) == STEPS
     assert summary["collective_seconds"] > 0  # oreg_ccl's worker time, reported by the job
+    for step, (got, want) in enumerate(zip(summary["losses"], cpu_reference["losses"])):
+        assert got == pytest.approx(want, rel=2e-4, abs=2e-4), (strategy, step, got, want)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2", "tp"])
+def test_compiled_blocks_match_single_process_cpu(strategy, cpu_reference, tmp_path):
+    # --compile: each block compiled by Inductor (its kernels on openreg streams),
+    # before data parallelism wraps it and after tensor parallelism shards it.
+    summary = run_job(tmp_path, "--strategy", strategy, "--compile", nproc=2,
+                      env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
     for step, (got, want) in enumerate(zip(summary["losses"], cpu_reference["losses"])):
         assert got == pytest.approx(want, rel=2e-4, abs=2e-4), (strategy, step, got, want)
 
