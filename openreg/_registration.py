@@ -20,3 +20,7 @@ def register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
+    # torch.accelerator.Graph finds a backend's graphs by the backend's name.
+    from . import _C
+
+    _C._register_graph_impl()

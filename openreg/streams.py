@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 
 from . import _C
-from .device import _get_device_index, _lazy_init
+from .device import _get_device_index, _lazy_init, is_initialized
 
 _PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, as torch.Stream.device_type reports it
 
@@ -129,9 +129,12 @@ def stream(stream: Optional[torch.Stream]) -> StreamContext:
 
 
 def is_current_stream_capturing() -> bool:
-    """Always False: openreg has no graph capture (CUDA graphs are not simulated).
-    Libraries ask this before calls that capture would forbid."""
-    return False
+    """True while a graph (torch.accelerator.Graph) captures on the current
+    stream of the current device, as torch.cuda's: libraries ask this before
+    calls that capture forbids."""
+    if not is_initialized():
+        return False
+    return _C._is_current_stream_capturing()
 
 
 def _sleep(milliseconds: float) -> None:

@@ -135,7 +135,8 @@ void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
   orStream raw = rawStream(stream);
   releaseOpenMPTeamForLaunch();  // the device computes now (OpenMPThreads.h)
   std::optional<TracedLaunch> traced;  // torch.profiler (OpenRegKinetoPlugin.h)
-  if (tracingKernels()) traced.emplace(stream, kernel);
+  // A captured kernel is recorded for a graph, not run: nothing to trace.
+  if (tracingKernels() && !orStreamIsCapturing(raw)) traced.emplace(stream, kernel);
   // Only the race checker reads the accesses.
   orError error = orLaunchKernel(raw, std::move(kernel),
                                  orSanitizerEnabled() ? accessesOf(reads, writes)

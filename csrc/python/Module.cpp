@@ -19,6 +19,7 @@
 #include "../runtime/OpenRegException.h"
 #include "../runtime/OpenRegFunctions.h"
 #include "../runtime/OpenRegGenerator.h"
+#include "../runtime/OpenRegGraph.h"
 #include "../runtime/OpenRegHostAllocator.h"
 #include "../runtime/OpenRegStream.h"
 
@@ -107,6 +108,13 @@ PYBIND11_MODULE(_C, m) {
         [](int d) { return getMemoryFraction(static_cast<c10::DeviceIndex>(d)); });
   bindMemorySnapshot(m);  // _record_memory_history, _snapshot
   bindCompiledKernels(m);  // _launch_compiled_kernel (openreg/_inductor)
+  // torch.accelerator.Graph (OpenRegGraph.cpp)
+  m.def("_register_graph_impl", &registerGraphImpl);
+  m.def("_graph_pool_handle", [] {
+    c10::MempoolId_t id = graphPoolHandle();
+    return py::make_tuple(id.first, id.second);
+  });
+  m.def("_is_current_stream_capturing", &isCurrentStreamCapturing);
 
   m.def("_set_sync_debug_mode", [](int mode) { set_sync_debug_mode(mode); });
   m.def("_get_sync_debug_mode", [] { return get_sync_debug_mode(); });

@@ -145,6 +145,9 @@ class DeviceCache {
                       "it allocates fixed segments as with expandable_segments:False");
     const size_t size = roundSize(requested);
     const bool small = size <= kSmallSize;
+    // A capturing stream allocates from its graph's private pool: blocks keyed
+    // by the pool instead of a stream, which no other allocation finds.
+    if (auto capture = captures_.find(stream); capture != captures_.end()) stream = capture->second;
     Block* block = takeCached(small, size, stream);
     const bool traced = recordsContext(RecordContext::kAlloc);
     if (!block) {
@@ -211,7 +214,44 @@ class DeviceCache {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = live_.find(ptr);
     if (it == live_.end()) return;  // not from this allocator (e.g. a view of freed memory)
-    if (stream != streamOf(it->second->stream)) it->second->stream_uses.insert(stream);
+    if (stream != streamOf(owningStream(it->second->stream))) it->second->stream_uses.insert(stream);
+  }
+
+  // ---- graph capture (OpenRegGraph.cpp): CUDA's private memory pools ----
+  // From capture_begin to capture_end, `stream`'s allocations come from
+  // `pool`'s blocks; the pool keeps its memory, allocated or freed, out of
+  // every other allocation and out of empty_cache until releasePool, so a
+  // replay writes only memory its graph owns.
+  void beginAllocateToPool(uint64_t number, c10::StreamId stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const c10::StreamId key = poolKey(number);
+    captures_[stream] = key;
+    pools_.emplace(key, stream);
+  }
+  void endAllocateToPool(c10::StreamId stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    captures_.erase(stream);
+  }
+  // The pool's blocks become ordinary blocks of the stream it captured.
+  void releasePool(uint64_t number) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const c10::StreamId key = poolKey(number);
+    auto it = pools_.find(key);
+    if (it == pools_.end()) return;
+    const c10::StreamId owner = it->second;
+    pools_.erase(it);
+    for (auto& [ptr, block] : live_) rekey(block, key, owner);
+    for (PendingFree& p : pending_) rekey(p.block, key, owner);
+    for (bool small : {true, false}) {
+      std::vector<Block*> moved;
+      for (Block* b : pool(small))
+        if (b->stream == key) moved.push_back(b);
+      for (Block* b : moved) {
+        pool(small).erase(b);
+        b->stream = owner;
+        pool(small).insert(b);
+      }
+    }
   }
 
   // Waits for streams with mutex_ held (as does an OOM retry): safe because a
@@ -260,7 +300,7 @@ class DeviceCache {
     std::sort(heads.begin(), heads.end(), [](Block* a, Block* b) { return a->ptr < b->ptr; });
     for (Block* head : heads) {
       SegmentInfo segment{device_, reinterpret_cast<uintptr_t>(head->ptr), 0, 0, 0, 0,
-                          head->stream, head->small, {}};
+                          owningStream(head->stream), head->small, {}};
       for (Block* b = head; b; b = b->next) {
         const char* state = b->state == Block::State::kAllocated     ? "active_allocated"
                             : b->state == Block::State::kPendingFree ? "active_pending_free"
@@ -323,6 +363,21 @@ class DeviceCache {
   }
 
   BlockPool& pool(bool small) { return small ? small_blocks_ : large_blocks_; }
+
+  // A graph pool's key where blocks keep their stream: above any stream id
+  // openreg hands out (c10's ids use the low bits).
+  static c10::StreamId poolKey(uint64_t number) {
+    return static_cast<c10::StreamId>((uint64_t{1} << 62) | number);
+  }
+  bool inLivePool(const Block* b) const { return pools_.count(b->stream) != 0; }
+  // The stream a block's memory is ordered with (a pool's: the captured one).
+  c10::StreamId owningStream(c10::StreamId key) const {
+    auto it = pools_.find(key);
+    return it == pools_.end() ? key : it->second;
+  }
+  static void rekey(Block* block, c10::StreamId from, c10::StreamId to) {
+    if (block->stream == from) block->stream = to;
+  }
 
   // The only ways into and out of a pool, so that the statistics of cached
   // parts of split segments ("inactive split", memory empty_cache cannot
@@ -541,7 +596,7 @@ class DeviceCache {
     for (bool small : {true, false}) {
       BlockPool& blocks = pool(small);
       for (auto it = blocks.begin(); it != blocks.end();)
-        it = (*it)->isSplit() ? std::next(it) : releaseSegment(blocks, it);
+        it = (*it)->isSplit() || inLivePool(*it) ? std::next(it) : releaseSegment(blocks, it);
     }
   }
 
@@ -550,6 +605,7 @@ class DeviceCache {
   // else the largest ones until their sizes do (false: not enough of them).
   bool releaseOversizeBlocks(size_t size, c10::StreamId stream) {
     if (Config::max_split_size() == std::numeric_limits<size_t>::max()) return false;
+    if (pools_.count(stream)) return false;  // a live graph's pool keeps its memory
     Block key;
     key.stream = stream;
     key.size = std::max(size, Config::max_split_size());
@@ -591,7 +647,7 @@ class DeviceCache {
       uint64_t total_age = 0;
       size_t count = 0;
       for (Block* b : large_blocks_)
-        if (!b->isSplit()) {
+        if (!b->isSplit() && !inLivePool(b)) {
           total_age += large_lookups_ - b->cached_at;
           count++;
         }
@@ -603,7 +659,8 @@ class DeviceCache {
       const double average = static_cast<double>(total_age) / static_cast<double>(count);
       for (auto it = large_blocks_.begin(); it != large_blocks_.end() && reclaimed < target;) {
         Block* b = *it;
-        if (b->isSplit() || static_cast<double>(large_lookups_ - b->cached_at) < average) {
+        if (b->isSplit() || inLivePool(b) ||
+            static_cast<double>(large_lookups_ - b->cached_at) < average) {
           ++it;
           continue;
         }
@@ -625,6 +682,9 @@ class DeviceCache {
   bool fraction_set_ = false;                      // GUARDED_BY mutex_
   uint64_t large_lookups_ = 0;  // large-pool searches, the clock of block ages; GUARDED_BY mutex_
   MemoryTrace trace_;                              // GUARDED_BY mutex_
+  // Capturing stream -> its pool's key; pool key -> the stream it captured.
+  std::unordered_map<c10::StreamId, c10::StreamId> captures_;  // GUARDED_BY mutex_
+  std::unordered_map<c10::StreamId, c10::StreamId> pools_;     // GUARDED_BY mutex_
 };
 
 class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
@@ -775,6 +835,18 @@ std::vector<SegmentInfo> memorySnapshot() {
 
 std::vector<std::vector<MemoryTraceEntry>> memoryTraces() {
   return OpenRegCachingAllocatorImpl::instance().traces();
+}
+
+void beginAllocateToPool(c10::DeviceIndex device, uint64_t pool, c10::StreamId stream) {
+  OpenRegCachingAllocatorImpl::instance().cache(device).beginAllocateToPool(pool, stream);
+}
+
+void endAllocateToPool(c10::DeviceIndex device, c10::StreamId stream) {
+  OpenRegCachingAllocatorImpl::instance().cache(device).endAllocateToPool(stream);
+}
+
+void releasePool(c10::DeviceIndex device, uint64_t pool) {
+  OpenRegCachingAllocatorImpl::instance().cache(device).releasePool(pool);
 }
 
 }  // namespace openreg

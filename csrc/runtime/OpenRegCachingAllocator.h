@@ -74,4 +74,12 @@ std::vector<SegmentInfo> memorySnapshot();
 // Each device's allocator actions while _record_memory_history records (MemoryHistory.h).
 std::vector<std::vector<MemoryTraceEntry>> memoryTraces();
 
+// Graph capture (OpenRegGraph.cpp), CUDA's private pools: while `stream`
+// captures, its allocations come from `pool` (a number > 0), whose memory no
+// other allocation or empty_cache touches until releasePool (the last graph
+// using it is gone); its blocks then become `stream`'s.
+void beginAllocateToPool(c10::DeviceIndex device, uint64_t pool, c10::StreamId stream);
+void endAllocateToPool(c10::DeviceIndex device, c10::StreamId stream);
+void releasePool(c10::DeviceIndex device, uint64_t pool);
+
 }  // namespace openreg

@@ -96,6 +96,7 @@ const char* orGetErrorString(orError error) {
       return "the device's memory could not be created or mapped (is OPENREG_DEVICE_MEMORY "
              "larger than this process may map?)";
     case orErrorDataRace: return "data race (see orSanitizerLastReport)";
+    case orErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case orErrorForkedChild:
       return "openreg was initialized in the parent process and cannot be used in a forked child";
   }

@@ -37,6 +37,7 @@ enum orError {
   orErrorForkedChild,        // driver used in a fork of an initialised process
   orErrorDeviceUnavailable,  // the device's memory could not be mapped at all
   orErrorDataRace,           // the race checker refused a launch: orSanitizerLastReport says why
+  orErrorStreamCaptureUnsupported,  // an operation a capturing stream cannot record (a wait, a sync)
 };
 
 const char* orGetErrorString(orError error);
@@ -130,6 +131,22 @@ orError orStreamSynchronize(orStream stream);  // blocks the calling thread
 std::exception_ptr orStreamLastException(orStream stream);
 std::string orStreamLastError(orStream stream);
 std::string orErrorMessage(std::exception_ptr error);  // "" for null
+
+// ---- graphs (cudaStreamBeginCapture / cudaGraphLaunch) ---------------------
+// Between begin and end capture, kernels launched on `stream` are recorded,
+// not run; a graph launch queues them, in order, as one kernel, on any stream
+// of the device. Synchronising, querying or recording an event on a capturing
+// stream, waiting on it for another stream's event, or synchronising its
+// device returns orErrorStreamCaptureUnsupported (the capture goes on). The
+// race checker does not check captured kernels or replays.
+struct orGraph_st;
+using orGraph = orGraph_st*;
+orError orStreamBeginCapture(orStream stream);
+orError orStreamEndCapture(orStream stream, orGraph* graph);
+bool orStreamIsCapturing(orStream stream);
+orError orGraphLaunch(orGraph graph, orStream stream);
+size_t orGraphKernelCount(orGraph graph);
+orError orGraphDestroy(orGraph graph);  // a queued launch keeps what it runs
 
 // ---- events ----------------------------------------------------------------
 struct orEvent_st;

@@ -48,6 +48,9 @@ struct orStream_st {
   std::atomic<uint64_t> wake_at{kNoWaiter};
   std::exception_ptr first_exception;  // GUARDED_BY mutex; sticky like CUDA's errors
   std::atomic<bool> failed{false};
+  // While capturing (orStreamBeginCapture): launches go here, not to `queue`.
+  std::shared_ptr<std::vector<std::function<void()>>> capture;  // GUARDED_BY mutex
+  std::atomic<bool> capturing{false};  // capture != null, readable without the mutex
   std::thread worker;
 
   void run();
@@ -166,6 +169,8 @@ std::vector<orStream> streamsOf(int device) {
 orError orDeviceSynchronize(int device) {
   OR_RETURN_IF_FORKED();
   if (device < 0 || device >= orDeviceCount()) return orErrorInvalidDevice;
+  for (auto* s : streamsOf(device))
+    if (s->capturing.load()) return orErrorStreamCaptureUnsupported;
   orError result = orSuccess;
   for (auto* s : streamsOf(device)) {
     orError e = orStreamSynchronize(s);
@@ -190,6 +195,13 @@ orError orLaunchKernel(orStream stream, std::function<void()> kernel,
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
   if (stream->failed.load(std::memory_order_relaxed)) return orErrorLaunchFailure;
+  if (stream->capturing.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    if (stream->capture) {
+      stream->capture->push_back(std::move(kernel));
+      return orSuccess;
+    }
+  }
   if (orSanitizerStreamAccess(stream, accesses) == orErrorDataRace) return orErrorDataRace;
   // The worker's list of finished kernels is swapped for an empty one that
   // keeps its capacity (this thread's spare), so neither side allocates per
@@ -213,6 +225,7 @@ orError orLaunchKernel(orStream stream, std::function<void()> kernel,
 orError orStreamQuery(orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
+  if (stream->capturing.load()) return orErrorStreamCaptureUnsupported;
   if (stream->failed.load()) return orErrorLaunchFailure;
   // Seen before the count: the host learns no more than what it saw end.
   orSanitizerPoint seen = detail::sanitizerSnapshot(stream);
@@ -229,6 +242,7 @@ uint64_t orStreamLaunchCount(orStream stream) {
 orError orStreamSynchronize(orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
+  if (stream->capturing.load()) return orErrorStreamCaptureUnsupported;
   orSanitizerPoint seen = detail::sanitizerSnapshot(stream);
   uint64_t target;
   {
@@ -265,6 +279,53 @@ std::string orErrorMessage(std::exception_ptr error) {
 std::exception_ptr orStreamLastException(orStream stream) {
   std::lock_guard<std::mutex> lock(stream->mutex);
   return stream->first_exception;
+}
+
+// ---- graphs ----------------------------------------------------------------
+
+struct orGraph_st {
+  int device = 0;
+  std::shared_ptr<const std::vector<std::function<void()>>> kernels;
+};
+
+orError orStreamBeginCapture(orStream stream) {
+  OR_RETURN_IF_FORKED();
+  if (!stream) return orErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(stream->mutex);
+  if (stream->capture) return orErrorStreamCaptureUnsupported;  // already capturing
+  stream->capture = std::make_shared<std::vector<std::function<void()>>>();
+  stream->capturing = true;
+  return orSuccess;
+}
+
+orError orStreamEndCapture(orStream stream, orGraph* graph) {
+  OR_RETURN_IF_FORKED();
+  if (!stream || !graph) return orErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(stream->mutex);
+  if (!stream->capture) return orErrorInvalidValue;  // not capturing
+  *graph = new orGraph_st{stream->device, std::move(stream->capture)};
+  stream->capture.reset();
+  stream->capturing = false;
+  return orSuccess;
+}
+
+bool orStreamIsCapturing(orStream stream) { return stream && stream->capturing.load(); }
+
+orError orGraphLaunch(orGraph graph, orStream stream) {
+  if (!graph || !stream) return orErrorInvalidValue;
+  if (graph->device != stream->device) return orErrorInvalidDevice;
+  // Kernels stay callable after running (Launch.h's closures hold views and
+  // values, not one-shot state), so a replay calls the captured ones again.
+  return orLaunchKernel(stream, [kernels = graph->kernels] {
+    for (const auto& kernel : *kernels) kernel();
+  });
+}
+
+size_t orGraphKernelCount(orGraph graph) { return graph ? graph->kernels->size() : 0; }
+
+orError orGraphDestroy(orGraph graph) {
+  delete graph;
+  return orSuccess;
 }
 
 // ---- events ----------------------------------------------------------------
@@ -306,6 +367,7 @@ orError orEventDestroy(orEvent event) {
 orError orEventRecord(orEvent event, orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!event || !stream) return orErrorInvalidValue;
+  if (stream->capturing.load()) return orErrorStreamCaptureUnsupported;
   auto record = std::make_shared<Record>();
   record->stream = stream;
   record->clock = detail::sanitizerSnapshot(stream);
@@ -336,6 +398,7 @@ orError orStreamWaitEvent(orStream stream, orEvent event) {
   if (!event || !stream) return orErrorInvalidValue;
   auto record = event->current();
   if (!record || record->stream == stream) return orSuccess;  // in-order already
+  if (stream->capturing.load()) return orErrorStreamCaptureUnsupported;
   orSanitizerStreamJoin(stream, record->clock);
   // A failure of the awaited stream fails this one too, with the same error:
   // its later kernels would read what the failed kernel did not write (CUDA's

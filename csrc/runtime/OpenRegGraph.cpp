@@ -1,0 +1,180 @@
+// PyTorch hook: at::GraphImplInterface (the GraphImplRegistry behind
+// torch.accelerator.Graph), what CUDAGraph is for CUDA: capture the kernels a
+// region launches on the current stream, then replay them with one launch.
+//
+// Capture is the driver's (orStreamBeginCapture: a capturing stream records
+// launches instead of running them; a sync or event on it raises "operation
+// not permitted when stream is capturing", as CUDA's). Memory is CUDA's
+// private pool: the capturing stream allocates from the graph's pool, which
+// keeps every block it handed out (freed or not) away from other allocations
+// and from empty_cache while a graph using it lives, so replays read and
+// write the same addresses the capture did and nothing else.
+// Tests: tests/runtime/test_graphs.py.
+#include <ATen/core/GraphImplInterface.h>
+#include <c10/core/DeviceType.h>
+
+#include <map>
+#include <mutex>
+
+#include "OpenRegCachingAllocator.h"
+#include "OpenRegException.h"
+#include "OpenRegFunctions.h"
+#include "OpenRegGraph.h"
+#include "OpenRegStream.h"
+
+namespace openreg {
+namespace {
+
+// Pools by id, counted by the graphs using them, each with the allocator's
+// number for it. Ids as CUDA's: a graph's own {n, 0}, a graph_pool_handle()
+// {0, n} that graphs share.
+struct PoolRegistry {
+  std::mutex mutex;
+  uint64_t next = 1;
+  struct Pool {
+    uint64_t number;
+    int graphs = 0;
+  };
+  std::map<c10::MempoolId_t, Pool> pools;
+
+  c10::MempoolId_t newId(bool shared) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const uint64_t n = next++;
+    return shared ? c10::MempoolId_t{0, n} : c10::MempoolId_t{n, 0};
+  }
+  uint64_t acquire(c10::MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto [it, fresh] = pools.try_emplace(id);
+    if (fresh) it->second.number = next++;
+    it->second.graphs++;
+    return it->second.number;
+  }
+  // The allocator's number of a pool no graph uses any more, or 0.
+  uint64_t release(c10::MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = pools.find(id);
+    if (it == pools.end() || --it->second.graphs > 0) return 0;
+    const uint64_t number = it->second.number;
+    pools.erase(it);
+    return number;
+  }
+};
+
+PoolRegistry& poolRegistry() {
+  static auto* registry = new PoolRegistry();  // graphs may die at teardown
+  return *registry;
+}
+
+class OpenRegGraph final : public at::GraphImplInterface {
+ public:
+  explicit OpenRegGraph(const at::GraphImplArgs& /*args: keep_graph changes nothing here*/) {}
+  ~OpenRegGraph() override { reset(); }
+
+  void capture_begin(c10::MempoolId_t pool, at::GraphCaptureMode /*mode*/) override {
+    TORCH_CHECK(!graph_ && !capturing_,
+                "This Graph instance already owns a captured graph. To capture a new graph, "
+                "create a new instance or call reset() first.");
+    device_ = current_device();
+    stream_ = getCurrentStream(device_);
+    TORCH_CHECK(stream_ != getDefaultStream(device_),
+                "openreg graphs must be captured on a non-default stream. (However, after "
+                "capture, it's ok to replay them on the default stream.)");
+    pool_ = pool == c10::MempoolId_t{0, 0} ? poolRegistry().newId(/*shared=*/false) : pool;
+    poolNumber_ = poolRegistry().acquire(pool_);
+    beginAllocateToPool(device_, poolNumber_, stream_.id());
+    orError error = orStreamBeginCapture(rawStream(stream_));
+    if (error != orSuccess) {
+      endAllocateToPool(device_, stream_.id());
+      releasePoolRef();
+      OPENREG_CHECK(error);
+    }
+    capturing_ = true;
+  }
+
+  void capture_end() override {
+    TORCH_CHECK(capturing_, "Graph::capture_end without a preceding capture_begin");
+    TORCH_CHECK(getCurrentStream(device_) == stream_,
+                "Capture must end on the same stream it began on.");
+    endAllocateToPool(device_, stream_.id());
+    capturing_ = false;
+    orGraph graph = nullptr;
+    OPENREG_CHECK(orStreamEndCapture(rawStream(stream_), &graph));
+    graph_ = graph;
+    if (orGraphKernelCount(graph_) == 0)
+      TORCH_WARN("The openreg graph is empty. This usually means that the graph was attempted "
+                 "to be captured on the wrong device or stream.");
+  }
+
+  void instantiate() override {
+    TORCH_CHECK(graph_, "Graph::instantiate without a preceding successful capture.");
+  }
+
+  void replay() override {
+    TORCH_CHECK(graph_, "Called Graph::replay without a preceding successful capture.");
+    c10::Stream stream = getCurrentStream(device_);
+    orError error = orGraphLaunch(graph_, rawStream(stream));
+    if (error != orSuccess)
+      checkKernelError(error, c10::str(stream), orStreamLastException(rawStream(stream)));
+  }
+
+  void reset() override {
+    if (capturing_) {  // an abandoned capture: stop recording, keep nothing
+      endAllocateToPool(device_, stream_.id());
+      orGraph partial = nullptr;
+      if (orStreamEndCapture(rawStream(stream_), &partial) == orSuccess) orGraphDestroy(partial);
+      capturing_ = false;
+    }
+    if (graph_) {
+      orGraphDestroy(graph_);  // a replay still queued keeps its kernels
+      graph_ = nullptr;
+    }
+    releasePoolRef();
+  }
+
+  c10::MempoolId_t pool() const override { return pool_; }
+
+  void enable_debug_mode() override {}
+
+  void debug_dump(const std::string& /*path*/) override {
+    TORCH_CHECK(false, "openreg graphs have no debug dump");
+  }
+
+ private:
+  void releasePoolRef() {
+    if (pool_ == c10::MempoolId_t{0, 0}) return;
+    // The pool's memory becomes the stream's once no graph can replay into it.
+    if (poolRegistry().release(pool_)) releasePool(device_, poolNumber_);
+    pool_ = {0, 0};
+    poolNumber_ = 0;
+  }
+
+  c10::DeviceIndex device_ = 0;
+  c10::Stream stream_{c10::Stream::DEFAULT, c10::Device(c10::DeviceType::PrivateUse1, 0)};
+  c10::MempoolId_t pool_{0, 0};
+  uint64_t poolNumber_ = 0;
+  bool capturing_ = false;
+  orGraph graph_ = nullptr;
+};
+
+}  // namespace
+
+void registerGraphImpl() {
+  // Keyed by the backend's name (DeviceTypeName of PrivateUse1), known only
+  // once Python has renamed it: so registered then, not at load time.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    at::GraphImplRegistry()->Register(
+        c10::DeviceTypeName(c10::DeviceType::PrivateUse1, /*lower_case=*/false),
+        [](const at::GraphImplArgs& args) -> std::unique_ptr<at::GraphImplInterface> {
+          return std::make_unique<OpenRegGraph>(args);
+        });
+  });
+}
+
+c10::MempoolId_t graphPoolHandle() { return poolRegistry().newId(/*shared=*/true); }
+
+bool isCurrentStreamCapturing() {
+  return orStreamIsCapturing(rawStream(getCurrentStream(current_device())));
+}
+
+}  // namespace openreg

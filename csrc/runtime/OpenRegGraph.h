@@ -1,0 +1,16 @@
+// Graph capture and replay (OpenRegGraph.cpp): torch.accelerator.Graph on openreg.
+#pragma once
+
+#include <c10/core/Allocator.h>
+
+namespace openreg {
+
+// Registers openreg's at::GraphImplInterface; call after the PrivateUse1
+// backend got its name (openreg/_registration.py).
+void registerGraphImpl();
+// torch.openreg.graph_pool_handle(): a pool id graphs can share.
+c10::MempoolId_t graphPoolHandle();
+// torch.openreg.is_current_stream_capturing().
+bool isCurrentStreamCapturing();
+
+}  // namespace openreg

@@ -1,0 +1,134 @@
+"""Graph capture and replay (torch.accelerator.Graph on openreg; csrc/runtime/OpenRegGraph.cpp):
+kernels launched while a stream captures are recorded and replayed on the same memory,
+which the graph's private pool keeps from every other allocation."""
+import pytest
+import torch
+
+DEV = torch.device("openreg:0")
+
+
+def side_stream():
+    s = torch.openreg.Stream(DEV)
+    s.wait_stream(torch.openreg.current_stream(DEV))
+    return s
+
+
+def test_replay_recomputes_from_the_captured_inputs():
+    x = torch.randn(1000, device=DEV)
+    w = torch.randn(1000, device=DEV)
+    g = torch.accelerator.Graph()
+    assert not torch.openreg.is_current_stream_capturing()
+    with torch.openreg.stream(side_stream()), g:
+        assert torch.openreg.is_current_stream_capturing()
+        y = (x * w).sin() + 1
+        total = y.sum()
+    assert not torch.openreg.is_current_stream_capturing()
+    for value in (0.5, -2.0, 3.0):
+        x.fill_(value)  # new input, same memory
+        g.replay()
+        expected = (torch.full((1000,), value) * w.cpu()).sin() + 1
+        torch.testing.assert_close(y.cpu(), expected)
+        torch.testing.assert_close(total.cpu(), expected.sum(), rtol=1e-4, atol=1e-4)
+
+
+def test_replay_is_queued_on_the_current_stream():
+    x = torch.ones(100, device=DEV)
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(side_stream()), g:
+        y = x * 2
+    torch.openreg.synchronize()
+    other = torch.openreg.Stream(DEV)
+    with torch.openreg.stream(other):
+        torch.openreg._sleep(300)
+        x.fill_(5.0)
+        g.replay()  # behind the sleep on `other`
+        assert not other.query()
+    other.synchronize()
+    torch.testing.assert_close(y.cpu(), torch.full((100,), 10.0))
+
+
+def test_capture_on_the_default_stream_is_refused():
+    g = torch.accelerator.Graph()
+    with pytest.raises(RuntimeError, match="must be captured on a non-default stream"):
+        g.capture_begin()
+
+
+def test_synchronising_a_capturing_stream_raises_and_the_stream_recovers():
+    x = torch.ones(10, device=DEV)
+    s = side_stream()
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(s):
+        with pytest.raises(torch.AcceleratorError, match="operation not permitted when stream is capturing"):
+            with g:
+                (x * 2).cpu()  # a blocking copy waits for the stream
+        assert not torch.openreg.is_current_stream_capturing()
+        torch.testing.assert_close((x * 3).cpu(), torch.full((10,), 3.0))
+
+
+def test_private_pool_keeps_graph_memory_from_other_allocations():
+    x = torch.randn(4096, device=DEV)
+    s = side_stream()
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(s):
+        with g:
+            tmp = x * 2  # freed during capture: the replay still writes it
+            tmp_ptr = tmp.data_ptr()
+            out = tmp.exp()
+            del tmp
+        # Same stream, same size: without the graph's pool this would reuse tmp's block.
+        bystander = torch.full((4096,), 7.0, device=DEV)
+        assert bystander.data_ptr() != tmp_ptr
+        reserved = torch.openreg.memory_reserved(DEV)
+        torch.openreg.empty_cache()  # keeps the live graph's pool
+        g.replay()
+        s.synchronize()
+    torch.testing.assert_close(bystander.cpu(), torch.full((4096,), 7.0))
+    torch.testing.assert_close(out.cpu(), (x.cpu() * 2).exp())
+    assert torch.openreg.memory_reserved(DEV) == reserved
+    del out
+    g.reset()  # the pool's memory goes back to the stream
+    torch.openreg.synchronize()
+    torch.openreg.empty_cache()
+    assert torch.openreg.memory_reserved(DEV) < reserved
+
+
+def test_graphs_share_a_pool_from_graph_pool_handle():
+    pool = torch.openreg.graph_pool_handle()
+    x = torch.ones(256, device=DEV)
+    s = side_stream()
+    g1 = torch.accelerator.Graph(pool=pool)
+    g2 = torch.accelerator.Graph(pool=pool)
+    with torch.openreg.stream(s):
+        with g1:
+            a = x + 1
+        with g2:
+            b = a * 10
+    assert g1.pool() == g2.pool() == pool
+    x.fill_(4.0)
+    g1.replay()
+    g2.replay()
+    torch.testing.assert_close(b.cpu(), torch.full((256,), 50.0))
+
+
+def test_compiled_function_in_a_graph():
+    f = torch.compile(lambda t: (t * 3).cos().sum())
+    x = torch.ones(1000, device=DEV)
+    f(x)  # compile before capturing
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(side_stream()), g:
+        out = f(x)  # Inductor's kernel is captured like any other
+    for value in (1.0, 2.0):
+        x.fill_(value)
+        g.replay()
+        expected = (torch.full((1000,), value) * 3).cos().sum()
+        torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_random_ops_draw_new_numbers_on_each_replay():
+    x = torch.ones(2000, device=DEV)
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(side_stream()), g:
+        y = torch.nn.functional.dropout(x, 0.5)
+    first = y.cpu().clone()
+    g.replay()
+    assert not torch.equal(first, y.cpu())
