@@ -215,7 +215,7 @@ def wrap(model, args, world, device):
     rank = dist.get_rank() if dist.is_initialized() else 0
     s = args.strategy
 
-    def checkpoint(model):
+    def per_block(model):
         """Activation checkpointing, then compilation: torchtitan's order (TP, AC, compile, DP)."""
         if args.activation_checkpointing:
             apply_activation_checkpointing(model)
@@ -224,12 +224,12 @@ def wrap(model, args, world, device):
                 block.compile()
 
     if s not in ("tp", "dp_tp"):
-        checkpoint(model)
+        per_block(model)
     # One process: nothing to replicate or shard (tp without torchrun has no
     # process group for its mesh either).
     if s == "none" or world == 1 and (s in ("ddp", "fsdp", "fsdp2", "hsdp") or not dist.is_initialized()):
         if s in ("tp", "dp_tp"):
-            checkpoint(model)
+            per_block(model)
         return model, 1, 0
     if s == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -256,14 +256,14 @@ def wrap(model, args, world, device):
         mesh = init_device_mesh(args.device_type, (world,), mesh_dim_names=("tp",))
         for block in model.blocks:
             parallelize_module(block, mesh, tp_plan())
-        checkpoint(model)
+        per_block(model)
         return model, 1, 0
     if s == "dp_tp":
         from torch.distributed.fsdp import fully_shard
         mesh = init_device_mesh(args.device_type, (world // 2, 2), mesh_dim_names=("dp", "tp"))
         for block in model.blocks:
             parallelize_module(block, mesh["tp"], tp_plan())
-        checkpoint(model)
+        per_block(model)
         for block in model.blocks:
             fully_shard(block, mesh=mesh["dp"])
         fully_shard(model, mesh=mesh["dp"])

@@ -2,6 +2,8 @@
 renames the backend, installs ``torch.openreg``, and generates the
 ``Tensor.openreg()`` / ``is_openreg`` style helpers.
 """
+import importlib.abc
+import importlib.util
 import sys
 
 import torch
@@ -24,3 +26,43 @@ def register() -> None:
     from . import _C
 
     _C._register_graph_impl()
+    # Dynamo's device interface for openreg, from Dynamo's first trace on
+    # (importing Dynamo costs a second: not before someone does).
+    _after_import("torch._dynamo", _register_dynamo_interface)
+
+
+def _register_dynamo_interface() -> None:
+    from . import _device_interface
+
+    _device_interface.register()
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `callback` once module `name` has been imported (found by the other
+    finders; this one only wraps its loader)."""
+
+    def __init__(self, name, callback):
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_call(module):
+            exec_module(module)
+            self.callback()
+
+        spec.loader.exec_module = exec_then_call
+        return spec
+
+
+def _after_import(name, callback) -> None:
+    if name in sys.modules:
+        callback()
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, callback))

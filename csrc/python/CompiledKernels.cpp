@@ -9,7 +9,6 @@
 #include <vector>
 
 #include <ATen/record_function.h>
-#include <c10/core/DeviceGuard.h>
 
 #include "../aten/Launch.h"
 #include "../runtime/LaunchingOp.h"
@@ -22,13 +21,14 @@ namespace {
 // taking one void* per argument: a tensor's data or a scalar's storage.
 using CompiledEntry = void (*)(void**);
 
-// One argument's kind, as kernels.py derives it from the C++ parameter type:
-// 'r' a tensor read (const T*), 'w' a tensor written (T*), 'i' int64_t,
-// 'f' float, 'd' double.
-struct KernelArgs {
-  std::vector<at::Tensor> views;  // kernel views, in argument order
-  std::vector<std::array<unsigned char, 8>> scalars;
-  std::string kinds;
+// One argument, by the kind kernels.py derives from its C++ parameter type:
+// 'r' a tensor read (const T*), 'w' a tensor written (T*), 'i' an int64_t,
+// 'f' a float (the scalar types Inductor's C++ kernels take).
+struct KernelArg {
+  char kind;
+  at::Tensor view;                        // 'r', 'w': the kernel view (Launch.h)
+  std::array<unsigned char, 8> scalar{};  // 'i', 'f': the value, passed by address
+  void* pointer() { return kind == 'r' || kind == 'w' ? view.data_ptr() : scalar.data(); }
 };
 
 // A kernel's name for as long as the process lives (race reports keep it).
@@ -47,61 +47,49 @@ void launchCompiledKernel(uintptr_t entry, const std::string& name, const std::s
   NamedLaunch named(internedName(name));
   TORCH_CHECK(args.size() == kinds.size(), "compiled openreg kernel: expected ", kinds.size(),
               " arguments, got ", args.size());
-  KernelArgs kernelArgs;
-  kernelArgs.kinds = kinds;
+  std::vector<KernelArg> kernelArgs(kinds.size());
   std::vector<at::Tensor> reads, writes;
   std::optional<c10::Device> device;
   for (size_t i = 0; i < kinds.size(); ++i) {
-    std::array<unsigned char, 8> scalar{};
-    switch (kinds[i]) {
+    KernelArg& arg = kernelArgs[i];
+    arg.kind = kinds[i];
+    switch (arg.kind) {
       case 'r':
       case 'w': {
         auto t = py::cast<at::Tensor>(args[i]);
-        if (kinds[i] == 'w') checkWrittenOnDevice(t, "compiled kernel");
+        if (arg.kind == 'w') checkWrittenOnDevice(t, "compiled kernel");
         if (isOpenReg(t)) {
           TORCH_CHECK(!device || *device == t.device(),
                       "Expected all tensors to be on the same device, but found at least two "
                       "devices, ", *device, " and ", t.device(), "! (compiled kernel)");
           device = t.device();
-          (kinds[i] == 'w' ? writes : reads).push_back(t);
+          (arg.kind == 'w' ? writes : reads).push_back(t);
         }
-        kernelArgs.views.push_back(kernelView(t));
+        arg.view = kernelView(t);  // a CPU operand (a 0-dim scalar): its value now
         break;
       }
       case 'i': {
         int64_t v = py::cast<int64_t>(args[i]);
-        std::memcpy(scalar.data(), &v, sizeof v);
+        std::memcpy(arg.scalar.data(), &v, sizeof v);
         break;
       }
       case 'f': {
         float v = py::cast<float>(args[i]);
-        std::memcpy(scalar.data(), &v, sizeof v);
-        break;
-      }
-      case 'd': {
-        double v = py::cast<double>(args[i]);
-        std::memcpy(scalar.data(), &v, sizeof v);
+        std::memcpy(arg.scalar.data(), &v, sizeof v);
         break;
       }
       default:
-        TORCH_CHECK(false, "compiled openreg kernel: unknown argument kind '", kinds[i], "'");
+        TORCH_CHECK(false, "compiled openreg kernel: unknown argument kind '", arg.kind, "'");
     }
-    kernelArgs.scalars.push_back(scalar);
   }
-  const c10::DeviceIndex index =
-      device ? device->index() : c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
-                                      ->getDevice()
-                                      .index();
+  // Every kernel writes an output, which checkWrittenOnDevice keeps on the device.
+  TORCH_CHECK(device, "compiled openreg kernel ", name, ": no openreg tensor among its arguments");
   auto run = [fn = reinterpret_cast<CompiledEntry>(entry), a = std::move(kernelArgs)]() mutable {
-    std::vector<void*> pointers(a.kinds.size());
-    size_t view = 0;
-    for (size_t i = 0; i < a.kinds.size(); ++i) {
-      const bool isTensor = a.kinds[i] == 'r' || a.kinds[i] == 'w';
-      pointers[i] = isTensor ? a.views[view++].data_ptr() : a.scalars[i].data();
-    }
+    std::vector<void*> pointers(a.size());
+    for (size_t i = 0; i < a.size(); ++i) pointers[i] = a[i].pointer();
     fn(pointers.data());
   };
-  launchKernel(getCurrentStream(index), std::move(run), reads, writes);
+  launchKernel(getCurrentStream(device->index()), std::move(run), reads, writes);
 }
 
 }  // namespace

@@ -1,18 +1,21 @@
-"""torch.compile on openreg: Dynamo's device interface and Inductor's backend.
+"""Inductor's backend for openreg (torch.compile's default).
 
 Loaded on first use (importing Inductor costs about a second): torch finds the
-code generators through ``torch.openreg.Scheduling`` etc. (``openreg.__getattr__``),
-and Dynamo's device interface is registered once ``torch._dynamo`` is imported.
+code generators through ``torch.openreg.Scheduling`` etc. (``openreg.__getattr__``).
+Dynamo's device interface (openreg/_device_interface.py) is registered earlier, when
+``torch._dynamo`` is imported (openreg/_registration.py); again here, in case.
+Inductor's FX graph cache does not key on this package: a cached graph calls
+``kernels.build`` with the arguments it was generated with, so keep that
+signature stable.
 """
 
 import torch._inductor.config
-from torch._dynamo.device_interface import register_interface_for_device
 from torch._inductor.codegen.common import register_device_op_overrides
 
 from .codegen import CppWrapperCodegen, PythonWrapperCodegen, Scheduling, WrapperFxCodegen
 from .device_op_overrides import OpenRegDeviceOpOverrides
 
-from .device_interface import OpenRegInterface
+from .. import _device_interface
 
 # Three fusion passes treat every node that is not the CPU's as a Triton
 # (SIMD) kernel, and fail on or mis-handle the C++ kernels openreg generates;
@@ -23,6 +26,6 @@ torch._inductor.config.loop_reindexing_after_fusion = False
 torch._inductor.config.loop_index_inversion_in_fusion = False
 
 register_device_op_overrides("openreg", OpenRegDeviceOpOverrides())
-register_interface_for_device("openreg", OpenRegInterface)
+_device_interface.register()
 
 __all__ = ["CppWrapperCodegen", "PythonWrapperCodegen", "Scheduling", "WrapperFxCodegen"]

@@ -17,7 +17,7 @@ from torch._inductor.codegen import wrapper, wrapper_fxir
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 from torch._inductor.virtualized import V
 
-# First line of every openreg kernel's source: keeps an openreg kernel apart
+# Prepended to every openreg kernel's source: keeps an openreg kernel apart
 # from a CPU kernel with the same code (Inductor shares kernels by source) and
 # tells the wrapper which kernel definitions to build with kernels.build.
 _KERNEL_MARK = "// openreg kernel\n"
@@ -33,7 +33,9 @@ class Scheduling(CppScheduling):
     Kernel code generation asks "the current device" which backend it is
     (``get_current_backend``: every device but the CPU's maps to Triton) and
     what code to write, so openreg nodes are generated as CPU nodes; only the
-    buffers they use stay on their openreg device.
+    buffers they use stay on their openreg device. (codegen_template, the C++
+    GEMM templates of max-autotune, is left alone: Inductor offers them to the
+    CPU only.)
     """
 
     def codegen_node(self, node):

@@ -19,9 +19,10 @@ from torch._inductor.codecache import CppCodeCache, LambdaFuture
 
 from .. import _C
 
-# Scalar parameter types Inductor's C++ kernels take, and how the launch
-# binding stores each (csrc/python/CompiledKernels.cpp).
-_SCALAR_KINDS = {"int64_t": "i", "long": "i", "float": "f", "double": "d"}
+# The scalar parameter types Inductor's C++ kernels take (sizes, and values
+# read from tensors with .item()), and how the launch binding stores each
+# (csrc/python/CompiledKernels.cpp).
+_SCALAR_KINDS = {"int64_t": "i", "float": "f"}
 
 
 def _argument_kind(arg_type: str) -> str:

@@ -191,6 +191,18 @@ def test_out_of_bounds_index_fails_the_stream_like_a_device_assert(python):
     assert "index out of bounds: 0 <= " in result.stdout
 
 
+def test_dynamo_knows_openreg_before_any_compile(python):
+    result = python("""
+        import torch
+        from torch._dynamo.device_interface import get_interface_for_device
+        for key in ("openreg", "openreg:1"):
+            interface = get_interface_for_device(key)
+            print(key, interface.device_count(), interface.get_device_properties(1).name)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "openreg:1 8 openreg simulated device 1" in result.stdout
+
+
 def test_cpp_wrapper_mode_is_refused():
     f = torch.compile(lambda x: x + 1)
     with torch._inductor.config.patch(cpp_wrapper=True):

@@ -3,7 +3,11 @@
 What Dynamo and Inductor ask a device through ``get_interface_for_device``:
 its current device and stream, device properties (Inductor sizes reductions
 by ``multi_processor_count``), synchronisation, and the Stream / Event classes
-Dynamo traces. Every entry is torch.openreg's own function.
+Dynamo traces: torch.openreg's functions, and a few small adapters where the
+interface's signature differs (exchange_device, _set_stream_by_id, get_raw_stream).
+Registered for "openreg" and "openreg:N" (as CUDA's are) when ``torch._dynamo``
+is first imported (openreg/_registration.py), so Dynamo sees openreg from its
+first trace, not only after Inductor's first compile.
 """
 
 from typing import Any
@@ -13,6 +17,7 @@ from torch._dynamo.device_interface import (
     DeviceInterface,
     caching_worker_current_devices,
     caching_worker_device_properties,
+    register_interface_for_device,
 )
 
 import openreg
@@ -47,7 +52,10 @@ class OpenRegInterface(DeviceInterface):
                 caching_worker_device_properties["openreg"] = [
                     openreg.get_device_properties(i) for i in range(openreg.device_count())
                 ]
-            return caching_worker_device_properties["openreg"][device]
+            properties = caching_worker_device_properties["openreg"]
+            if not 0 <= device < len(properties):
+                raise AssertionError("Invalid device id")  # get_device_properties' words
+            return properties[device]
 
     current_device = staticmethod(openreg.current_device)
     set_device = staticmethod(openreg.set_device)
@@ -82,3 +90,9 @@ class OpenRegInterface(DeviceInterface):
     @staticmethod
     def get_compute_capability(device: torch.types.Device = None) -> str:
         return ""
+
+
+def register() -> None:
+    register_interface_for_device("openreg", OpenRegInterface)
+    for i in range(openreg.device_count()):
+        register_interface_for_device(f"openreg:{i}", OpenRegInterface)
