@@ -403,6 +403,27 @@ void ampUpdateScaleFallback(const c10::OperatorHandle& op, torch::jit::Stack* st
 // _native_multi_head_attention(..., need_weights, ...) -> (out, weights): the
 // CPU kernel returns undefined weights (None in Python) when they are not
 // needed; the fallback's outputs, sized by the Meta kernel, hold an empty tensor.
+// index.Tensor (x[mask]) with boolean or uint8 masks: CUDA's order, each
+// mask's nonzero (a synchronisation, the one sync debug mode reports) and
+// then an ordinary asynchronous index by the positions. The fallback alone
+// would run the whole data-dependent operator on the host, a second wait.
+void indexFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  IValue* args = stack->data() + stack->size() - op.schema().arguments().size();
+  const at::Tensor& self = args[0].toTensor();
+  const auto indices = args[1].toOptionalTensorList();
+  bool masked = false;
+  for (const std::optional<at::Tensor>& index : indices)
+    masked |= index.has_value() && index->defined() && isMask(*index) && index->dim() > 0;
+  if (masked) {
+    // ATen's own expansion (mask shape checks in its words, then nonzero).
+    c10::List<std::optional<at::Tensor>> positions;
+    for (at::Tensor& t : at::native::expandTensors(self, indices))
+      positions.push_back(t.defined() ? std::optional<at::Tensor>(std::move(t)) : std::nullopt);
+    args[1] = positions;
+  }
+  fallback(op, stack);
+}
+
 void multiHeadAttentionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   static const size_t kNeedWeights = *op.schema().argumentIndexWithName("need_weights");
   const bool need_weights = argumentsOf(op, stack)[kNeedWeights].toBool();

@@ -65,6 +65,7 @@ at::Tensor nestedOnDevice(const at::Tensor& nested, c10::Device device);
 void convolutionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void ampUpdateScaleFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void multiHeadAttentionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void indexFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // Registers, for a set of operators, the CPU kernels' argument checks made on
 // the host, then the fallback.
 void registerCheckedFallbacks(torch::Library& m);

@@ -8,6 +8,8 @@
 //    convolution_overrideable, which throws for backends other than CPU/CUDA.
 //    The forward ones first check stride / padding / dilation on the host
 //    (convolutionFallback), which their Meta kernel leaves to the CPU kernel.
+//  - index.Tensor: masks become positions first (indexFallback), as CUDA's
+//    index does, so only nonzero waits for the device.
 //  - addr, native_group_norm, linalg__powsum: the composite kernels are math
 //    decompositions that round differently from the CPU kernels; openreg
 //    promises CPU-exact numbers. (native_layer_norm has a native kernel, Nn.cpp.)
@@ -43,6 +45,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"convolution", "_convolution", "_convolution.deprecated"})
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&convolutionFallback>());
   m.impl("_amp_update_scale_", torch::CppFunction::makeFromBoxedFunction<&ampUpdateScaleFallback>());
+  m.impl("index.Tensor", torch::CppFunction::makeFromBoxedFunction<&indexFallback>());
   m.impl("_native_multi_head_attention",
          torch::CppFunction::makeFromBoxedFunction<&multiHeadAttentionFallback>());
   registerCheckedFallbacks(m);

@@ -341,7 +341,7 @@ def test_sync_debug_mode_reports_each_operation_that_waits_for_the_device(python
             torch.ones(10).to("openreg", non_blocking=True)  # pageable: waits, unreported (CUDA)
             O.synchronize()
             print("async", len(w))
-            y.item(); x.cpu(); x.nonzero(); O.current_stream().synchronize()
+            y.item(); x.cpu(); x[x > 3]; O.current_stream().synchronize()
             print([str(m.message).split(" (Triggered")[0] for m in w])
         O.set_sync_debug_mode(2)
         try:
@@ -361,6 +361,7 @@ def test_sync_debug_mode_reports_each_operation_that_waits_for_the_device(python
     prefix = "called a synchronizing openreg operation"
     assert lines[0] == "async 0"
     assert lines[1] == str([f"{prefix} (aten::_local_scalar_dense)", f"{prefix} (a blocking copy)",
+                            # x[mask]: its nonzero waits, the index by positions does not
                             f"{prefix} (aten::nonzero)", f"{prefix} (Stream.synchronize)"])
     assert lines[2] == f"error {prefix} (aten::_local_scalar_dense)"
     assert lines[3] == "0 91.0"  # 1 + sum(2 * arange(10))
