@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -153,7 +154,7 @@ class DeviceCache {
     if (!block) {
       if (garbageCollectionOn()) collectGarbage();
       block = allocateSegment(small, size, stream);
-      trace_.record(MemoryAction::kSegmentAlloc, block->ptr, block->size, stream,
+      trace_.record(MemoryAction::kSegmentAlloc, block->ptr, block->size, owningStream(stream),
                     traced ? context : nullptr);
     }
     splitIfWorthIt(block, size);
@@ -168,7 +169,8 @@ class DeviceCache {
     statAdd(stats_.requested_bytes, small, requested);
     live_[block->ptr] = block;
     reportToProfiler(block->ptr, static_cast<int64_t>(block->size));
-    trace_.record(MemoryAction::kAlloc, block->ptr, requested, stream, traced ? context : nullptr);
+    trace_.record(MemoryAction::kAlloc, block->ptr, requested, owningStream(stream),
+                  traced ? context : nullptr);
     block->context = std::move(context);
     return block->ptr;
   }
@@ -183,30 +185,30 @@ class DeviceCache {
     live_.erase(it);
     // As CUDA's: a free without its own traceback shows its allocation's.
     if (!context && recordsContext(RecordContext::kAlloc)) context = block->context;
-    trace_.record(MemoryAction::kFreeRequested, block->ptr, block->requested, block->stream, context);
+    trace_.record(MemoryAction::kFreeRequested, block->ptr, block->requested,
+                  owningStream(block->stream), context);
     statAdd(stats_.allocation, block->small, -1);
     statAdd(stats_.allocated_bytes, block->small, -static_cast<int64_t>(block->size));
     if (block->oversize) statAdd(stats_.oversize_allocations, -1);
     reportToProfiler(block->ptr, -static_cast<int64_t>(block->size));
     if (block->stream_uses.empty()) {
-      trace_.record(MemoryAction::kFreeCompleted, block->ptr, block->requested, block->stream,
+      trace_.record(MemoryAction::kFreeCompleted, block->ptr, block->requested, owningStream(block->stream),
                     std::move(context));
       makeCached(block);
       return true;
     }
     // Used on other streams: reusable only after their queued work completes.
     block->state = Block::State::kPendingFree;
-    std::vector<orEvent> events;
-    std::vector<c10::DeviceIndex> devices;
+    PendingFree pending{block, {}, {}, {}, std::move(context)};
     for (const c10::Stream& s : block->stream_uses) {
-      orEvent event = nullptr;
-      OPENREG_CHECK(orEventCreate(&event, false));
-      OPENREG_CHECK(orEventRecord(event, rawStream(s)));
-      events.push_back(event);
-      devices.push_back(s.device_index());
+      pending.devices.push_back(s.device_index());
+      // A capturing stream takes no event: recorded once its capture ends
+      // (CUDA defers these too), until then the block waits.
+      if (orStreamIsCapturing(rawStream(s))) pending.deferred.push_back(s);
+      else pending.events.push_back(recordedEvent(s));
     }
     block->stream_uses.clear();
-    pending_.push_back({block, std::move(events), std::move(devices), std::move(context)});
+    pending_.push_back(std::move(pending));
     return true;
   }
 
@@ -224,9 +226,14 @@ class DeviceCache {
   // replay writes only memory its graph owns.
   void beginAllocateToPool(uint64_t number, c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const c10::StreamId key = poolKey(number);
-    captures_[stream] = key;
-    pools_.emplace(key, stream);
+    // One key per pool and capturing stream: a pool's blocks stay ordered
+    // with the stream that allocated them, also after releasePool.
+    auto [it, fresh] = poolKeys_.try_emplace({number, stream});
+    if (fresh) {
+      it->second = static_cast<c10::StreamId>((uint64_t{1} << 62) | ++poolKeysMade_);
+      pools_.emplace(it->second, stream);
+    }
+    captures_[stream] = it->second;
   }
   void endAllocateToPool(c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -235,22 +242,23 @@ class DeviceCache {
   // The pool's blocks become ordinary blocks of the stream it captured.
   void releasePool(uint64_t number) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const c10::StreamId key = poolKey(number);
-    auto it = pools_.find(key);
-    if (it == pools_.end()) return;
-    const c10::StreamId owner = it->second;
-    pools_.erase(it);
-    for (auto& [ptr, block] : live_) rekey(block, key, owner);
-    for (PendingFree& p : pending_) rekey(p.block, key, owner);
-    for (bool small : {true, false}) {
-      std::vector<Block*> moved;
-      for (Block* b : pool(small))
-        if (b->stream == key) moved.push_back(b);
-      for (Block* b : moved) {
-        pool(small).erase(b);
-        b->stream = owner;
-        pool(small).insert(b);
+    auto it = poolKeys_.lower_bound({number, std::numeric_limits<c10::StreamId>::min()});
+    while (it != poolKeys_.end() && it->first.first == number) {
+      const c10::StreamId key = it->second, owner = it->first.second;
+      pools_.erase(key);
+      for (auto& [ptr, block] : live_) rekey(block, key, owner);
+      for (PendingFree& p : pending_) rekey(p.block, key, owner);
+      for (bool small : {true, false}) {
+        std::vector<Block*> moved;
+        for (Block* b : pool(small))
+          if (b->stream == key) moved.push_back(b);
+        for (Block* b : moved) {
+          pool(small).erase(b);
+          b->stream = owner;
+          pool(small).insert(b);
+        }
       }
+      it = poolKeys_.erase(it);
     }
   }
 
@@ -337,6 +345,7 @@ class DeviceCache {
   struct PendingFree {
     Block* block;
     std::vector<orEvent> events;
+    std::vector<c10::Stream> deferred;      // capturing streams still owed an event
     std::vector<c10::DeviceIndex> devices;  // of the streams the events are on
     std::shared_ptr<c10::GatheredContext> context;  // of the free, if recorded
   };
@@ -364,11 +373,6 @@ class DeviceCache {
 
   BlockPool& pool(bool small) { return small ? small_blocks_ : large_blocks_; }
 
-  // A graph pool's key where blocks keep their stream: above any stream id
-  // openreg hands out (c10's ids use the low bits).
-  static c10::StreamId poolKey(uint64_t number) {
-    return static_cast<c10::StreamId>((uint64_t{1} << 62) | number);
-  }
   bool inLivePool(const Block* b) const { return pools_.count(b->stream) != 0; }
   // The stream a block's memory is ordered with (a pool's: the captured one).
   c10::StreamId owningStream(c10::StreamId key) const {
@@ -465,9 +469,25 @@ class DeviceCache {
     for (c10::DeviceIndex d : others) synchronizeComputeStreams(d, /*raisesKernelErrors=*/false);
   }
 
+  static orEvent recordedEvent(const c10::Stream& s) {
+    orEvent event = nullptr;
+    OPENREG_CHECK(orEventCreate(&event, false));
+    OPENREG_CHECK(orEventRecord(event, rawStream(s)));
+    return event;
+  }
+
   void processPendingFrees() {
     for (auto it = pending_.begin(); it != pending_.end();) {
-      bool done = true;
+      auto& deferred = it->deferred;
+      for (auto s = deferred.begin(); s != deferred.end();) {
+        if (orStreamIsCapturing(rawStream(*s))) {
+          ++s;
+        } else {
+          it->events.push_back(recordedEvent(*s));
+          s = deferred.erase(s);
+        }
+      }
+      bool done = deferred.empty();
       // A failed stream's event counts as done (it runs nothing more).
       for (orEvent e : it->events) done = done && orEventQueryNoSync(e) != orErrorNotReady;
       if (!done) {
@@ -479,7 +499,7 @@ class DeviceCache {
         orEventDestroy(e);
       }
       trace_.record(MemoryAction::kFreeCompleted, it->block->ptr, it->block->requested,
-                    it->block->stream, std::move(it->context));
+                    owningStream(it->block->stream), std::move(it->context));
       makeCached(it->block);
       it = pending_.erase(it);
     }
@@ -580,7 +600,8 @@ class DeviceCache {
   BlockPool::iterator releaseSegment(BlockPool& blocks, BlockPool::iterator it) {
     Block* block = *it;
     OPENREG_CHECK(orFree(block->ptr));
-    trace_.record(MemoryAction::kSegmentFree, block->ptr, block->size, block->stream, nullptr);
+    trace_.record(MemoryAction::kSegmentFree, block->ptr, block->size, owningStream(block->stream),
+                  nullptr);
     stats_.num_device_free++;
     statAdd(stats_.segment, block->small, -1);
     statAdd(stats_.reserved_bytes, block->small, -static_cast<int64_t>(block->size));
@@ -682,7 +703,11 @@ class DeviceCache {
   bool fraction_set_ = false;                      // GUARDED_BY mutex_
   uint64_t large_lookups_ = 0;  // large-pool searches, the clock of block ages; GUARDED_BY mutex_
   MemoryTrace trace_;                              // GUARDED_BY mutex_
-  // Capturing stream -> its pool's key; pool key -> the stream it captured.
+  // A graph pool's blocks carry a key in place of their stream, one per
+  // (pool, capturing stream), above any stream id c10 hands out.
+  std::map<std::pair<uint64_t, c10::StreamId>, c10::StreamId> poolKeys_;  // GUARDED_BY mutex_
+  uint64_t poolKeysMade_ = 0;                                  // GUARDED_BY mutex_
+  // Capturing stream -> its key; live key -> the stream it stands for.
   std::unordered_map<c10::StreamId, c10::StreamId> captures_;  // GUARDED_BY mutex_
   std::unordered_map<c10::StreamId, c10::StreamId> pools_;     // GUARDED_BY mutex_
 };

@@ -79,6 +79,8 @@ class OpenRegGraph final : public at::GraphImplInterface {
     TORCH_CHECK(stream_ != getDefaultStream(device_),
                 "openreg graphs must be captured on a non-default stream. (However, after "
                 "capture, it's ok to replay them on the default stream.)");
+    TORCH_CHECK(!orStreamIsCapturing(rawStream(stream_)),
+                "The current stream is already capturing a graph; captures do not nest.");
     pool_ = pool == c10::MempoolId_t{0, 0} ? poolRegistry().newId(/*shared=*/false) : pool;
     poolNumber_ = poolRegistry().acquire(pool_);
     beginAllocateToPool(device_, poolNumber_, stream_.id());
@@ -98,7 +100,11 @@ class OpenRegGraph final : public at::GraphImplInterface {
     endAllocateToPool(device_, stream_.id());
     capturing_ = false;
     orGraph graph = nullptr;
-    OPENREG_CHECK(orStreamEndCapture(rawStream(stream_), &graph));
+    const orError error = orStreamEndCapture(rawStream(stream_), &graph);
+    if (error != orSuccess) {  // a refused call invalidated it: no graph
+      releasePoolRef();
+      OPENREG_CHECK(error);
+    }
     graph_ = graph;
     if (orGraphKernelCount(graph_) == 0)
       TORCH_WARN("The openreg graph is empty. This usually means that the graph was attempted "
@@ -140,10 +146,20 @@ class OpenRegGraph final : public at::GraphImplInterface {
   }
 
  private:
+  // Never throws (reset() runs in the destructor).
   void releasePoolRef() {
     if (pool_ == c10::MempoolId_t{0, 0}) return;
-    // The pool's memory becomes the stream's once no graph can replay into it.
-    if (poolRegistry().release(pool_)) releasePool(device_, poolNumber_);
+    if (poolRegistry().release(pool_)) {
+      // The pool's memory goes back to its streams once no replay can still
+      // write it: after the device's queued work (CUDA frees private pools
+      // with a synchronising cudaFree). While a capture runs on the device
+      // nothing may wait for it: the pool then stays reserved for the process.
+      try {
+        synchronizeComputeStreams(device_, /*raisesKernelErrors=*/false);
+        releasePool(device_, poolNumber_);
+      } catch (const c10::Error&) {
+      }
+    }
     pool_ = {0, 0};
     poolNumber_ = 0;
   }

@@ -76,6 +76,10 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     openreg::synchronizeStream(s);
   }
   void synchronizeDevice(c10::DeviceIndex index) const override { openreg::synchronizeDevice(index); }
+  // torch.Stream.is_capturing(): a graph capture (OpenRegGraph.cpp) is recording it.
+  bool isStreamCapturing(const c10::Stream& s) const override {
+    return orStreamIsCapturing(rawStream(s));
+  }
 
   // Events are created lazily on first record, like CUDA's.
   void record(void** event, const c10::Stream& s, const c10::DeviceIndex device_index,

@@ -17,9 +17,11 @@ namespace {
 class BlockUseEvent {
  public:
   BlockUseEvent() = default;
-  BlockUseEvent(BlockUseEvent&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
+  BlockUseEvent(BlockUseEvent&& other) noexcept
+      : event_(std::exchange(other.event_, nullptr)), captured_(other.captured_) {}
   BlockUseEvent& operator=(BlockUseEvent&& other) noexcept {
     std::swap(event_, other.event_);
+    std::swap(captured_, other.captured_);
     return *this;
   }
   ~BlockUseEvent() {
@@ -27,14 +29,21 @@ class BlockUseEvent {
   }
 
   void record(const c10::Stream& stream) {
+    // A graph's copy from the block runs at each replay: the block is never
+    // free again (CUDA's host allocator leaks such blocks on purpose).
+    if (orStreamIsCapturing(rawStream(stream))) {
+      captured_ = true;
+      return;
+    }
     OPENREG_CHECK(orEventCreate(&event_, /*enable_timing=*/false));
     OPENREG_CHECK(orEventRecord(event_, rawStream(stream)));
   }
   // A failed stream runs nothing more: its uses are over too.
-  bool done() const { return orEventQueryNoSync(event_) != orErrorNotReady; }
+  bool done() const { return !captured_ && orEventQueryNoSync(event_) != orErrorNotReady; }
 
  private:
   orEvent event_ = nullptr;
+  bool captured_ = false;
 };
 
 // PyTorch's caching host allocator (the one CUDA and XPU use) over the
@@ -61,7 +70,12 @@ struct OpenRegHostAllocatorImpl final : at::CachingHostAllocatorImpl<c10::Stream
   }
   bool query_event(BlockUseEvent& event) override { return event.done(); }
   c10::Stream get_current_stream() const override { return getCurrentStream(current_device()); }
-  bool stream_is_capturing(c10::Stream) const override { return false; }  // no graphs
+  // PyTorch's host allocator asks this only while its own pools capture
+  // (begin_allocate_to_pool, which openreg's graphs do not use); BlockUseEvent
+  // keeps a block a capture copies from.
+  bool stream_is_capturing(c10::Stream stream) const override {
+    return orStreamIsCapturing(rawStream(stream));
+  }
 
   // host_memory_stats()'s host_alloc_time / host_free_time, in microseconds.
   void addTime(c10::CachingAllocator::DurationStat& stat,

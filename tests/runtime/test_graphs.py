@@ -53,16 +53,27 @@ def test_capture_on_the_default_stream_is_refused():
         g.capture_begin()
 
 
-def test_synchronising_a_capturing_stream_raises_and_the_stream_recovers():
+def test_synchronising_a_capturing_stream_invalidates_the_capture():
     x = torch.ones(10, device=DEV)
     s = side_stream()
     g = torch.accelerator.Graph()
     with torch.openreg.stream(s):
-        with pytest.raises(torch.AcceleratorError, match="operation not permitted when stream is capturing"):
+        with pytest.raises(torch.AcceleratorError, match="previous error during capture") as raised:
             with g:
                 (x * 2).cpu()  # a blocking copy waits for the stream
+        assert "operation not permitted when stream is capturing" in str(raised.value.__context__)
         assert not torch.openreg.is_current_stream_capturing()
+        with pytest.raises(RuntimeError, match="without a preceding successful capture"):
+            g.replay()  # nothing half-recorded to replay
         torch.testing.assert_close((x * 3).cpu(), torch.full((10,), 3.0))
+        g2 = torch.accelerator.Graph()
+        g2.capture_begin()
+        try:
+            x.sum().item()
+        except torch.AcceleratorError:
+            pass  # caught inside the capture: its end still refuses the graph
+        with pytest.raises(torch.AcceleratorError, match="previous error during capture"):
+            g2.capture_end()
 
 
 def test_private_pool_keeps_graph_memory_from_other_allocations():
@@ -90,6 +101,68 @@ def test_private_pool_keeps_graph_memory_from_other_allocations():
     torch.openreg.synchronize()
     torch.openreg.empty_cache()
     assert torch.openreg.memory_reserved(DEV) < reserved
+
+
+def test_reset_waits_for_queued_replays_before_giving_memory_back():
+    x = torch.ones(1 << 16, device=DEV)
+    s = side_stream()
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(s), g:
+        y = x * 2
+        y_ptr = y.data_ptr()
+    del y
+    torch.openreg._sleep(200)
+    g.replay()  # queued on the default stream behind the sleep
+    g.reset()   # the pool goes back to stream s: not before that replay ran
+    with torch.openreg.stream(s):
+        z = torch.full((1 << 16,), 7.0, device=DEV)
+        s.synchronize()
+    assert z.data_ptr() == y_ptr  # reused, and
+    torch.openreg.synchronize()
+    torch.testing.assert_close(z.cpu(), torch.full((1 << 16,), 7.0))  # not overwritten
+
+
+def test_freeing_a_tensor_used_by_a_capture_waits_for_the_capture():
+    x = torch.ones(100, device=DEV)
+    s = side_stream()
+    x.record_stream(s)
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(s), g:
+        y = x * 2
+        del x  # used by the capture's stream: its event is owed until the capture ends
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((100,), 2.0))
+
+
+def test_pinned_source_of_a_captured_copy_is_kept():
+    dst = torch.empty(1000, device=DEV)
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(side_stream()), g:
+        dst.copy_(torch.full((1000,), 3.0).pin_memory(), non_blocking=True)  # freed at once
+        y = dst * 2
+    for _ in range(2):
+        g.replay()
+        torch.testing.assert_close(y.cpu(), torch.full((1000,), 6.0))
+
+
+def test_nested_capture_is_refused_and_keeps_the_outer_pool():
+    s = side_stream()
+    outer, inner = torch.accelerator.Graph(), torch.accelerator.Graph()
+    x = torch.ones(4096, device=DEV)
+    with torch.openreg.stream(s):
+        outer.capture_begin()
+        with pytest.raises(RuntimeError, match="captures do not nest"):
+            inner.capture_begin()
+        tmp = x * 2
+        tmp_ptr = tmp.data_ptr()
+        out = tmp + 1
+        del tmp
+        outer.capture_end()
+        bystander = torch.full((4096,), 7.0, device=DEV)
+    assert bystander.data_ptr() != tmp_ptr  # still the outer graph's pool
+    outer.replay()
+    torch.testing.assert_close(out.cpu(), torch.full((4096,), 3.0))
+    assert torch.Stream.is_capturing(s) is False
 
 
 def test_graphs_share_a_pool_from_graph_pool_handle():
@@ -129,6 +202,7 @@ def test_random_ops_draw_new_numbers_on_each_replay():
     g = torch.accelerator.Graph()
     with torch.openreg.stream(side_stream()), g:
         y = torch.nn.functional.dropout(x, 0.5)
+    g.replay()
     first = y.cpu().clone()
     g.replay()
     assert not torch.equal(first, y.cpu())

@@ -97,6 +97,8 @@ const char* orGetErrorString(orError error) {
              "larger than this process may map?)";
     case orErrorDataRace: return "data race (see orSanitizerLastReport)";
     case orErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case orErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
     case orErrorForkedChild:
       return "openreg was initialized in the parent process and cannot be used in a forked child";
   }

@@ -38,6 +38,7 @@ enum orError {
   orErrorDeviceUnavailable,  // the device's memory could not be mapped at all
   orErrorDataRace,           // the race checker refused a launch: orSanitizerLastReport says why
   orErrorStreamCaptureUnsupported,  // an operation a capturing stream cannot record (a wait, a sync)
+  orErrorStreamCaptureInvalidated,  // end of a capture during which such an operation was refused
 };
 
 const char* orGetErrorString(orError error);
@@ -137,8 +138,9 @@ std::string orErrorMessage(std::exception_ptr error);  // "" for null
 // not run; a graph launch queues them, in order, as one kernel, on any stream
 // of the device. Synchronising, querying or recording an event on a capturing
 // stream, waiting on it for another stream's event, or synchronising its
-// device returns orErrorStreamCaptureUnsupported (the capture goes on). The
-// race checker does not check captured kernels or replays.
+// device returns orErrorStreamCaptureUnsupported and invalidates the capture:
+// it goes on recording, and its end returns orErrorStreamCaptureInvalidated
+// with no graph. The race checker does not check captured kernels or replays.
 struct orGraph_st;
 using orGraph = orGraph_st*;
 orError orStreamBeginCapture(orStream stream);

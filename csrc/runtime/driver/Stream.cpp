@@ -51,6 +51,13 @@ struct orStream_st {
   // While capturing (orStreamBeginCapture): launches go here, not to `queue`.
   std::shared_ptr<std::vector<std::function<void()>>> capture;  // GUARDED_BY mutex
   std::atomic<bool> capturing{false};  // capture != null, readable without the mutex
+  // A call the capture could not record was refused: the graph is incomplete,
+  // so orStreamEndCapture discards it (CUDA's cudaErrorStreamCaptureInvalidated).
+  std::atomic<bool> capture_invalidated{false};
+  orError refuseWhileCapturing() {
+    capture_invalidated = true;
+    return orErrorStreamCaptureUnsupported;
+  }
   std::thread worker;
 
   void run();
@@ -170,7 +177,7 @@ orError orDeviceSynchronize(int device) {
   OR_RETURN_IF_FORKED();
   if (device < 0 || device >= orDeviceCount()) return orErrorInvalidDevice;
   for (auto* s : streamsOf(device))
-    if (s->capturing.load()) return orErrorStreamCaptureUnsupported;
+    if (s->capturing.load()) return s->refuseWhileCapturing();
   orError result = orSuccess;
   for (auto* s : streamsOf(device)) {
     orError e = orStreamSynchronize(s);
@@ -225,7 +232,7 @@ orError orLaunchKernel(orStream stream, std::function<void()> kernel,
 orError orStreamQuery(orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
-  if (stream->capturing.load()) return orErrorStreamCaptureUnsupported;
+  if (stream->capturing.load()) return stream->refuseWhileCapturing();
   if (stream->failed.load()) return orErrorLaunchFailure;
   // Seen before the count: the host learns no more than what it saw end.
   orSanitizerPoint seen = detail::sanitizerSnapshot(stream);
@@ -242,7 +249,7 @@ uint64_t orStreamLaunchCount(orStream stream) {
 orError orStreamSynchronize(orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
-  if (stream->capturing.load()) return orErrorStreamCaptureUnsupported;
+  if (stream->capturing.load()) return stream->refuseWhileCapturing();
   orSanitizerPoint seen = detail::sanitizerSnapshot(stream);
   uint64_t target;
   {
@@ -294,6 +301,7 @@ orError orStreamBeginCapture(orStream stream) {
   std::lock_guard<std::mutex> lock(stream->mutex);
   if (stream->capture) return orErrorStreamCaptureUnsupported;  // already capturing
   stream->capture = std::make_shared<std::vector<std::function<void()>>>();
+  stream->capture_invalidated = false;
   stream->capturing = true;
   return orSuccess;
 }
@@ -303,9 +311,12 @@ orError orStreamEndCapture(orStream stream, orGraph* graph) {
   if (!stream || !graph) return orErrorInvalidValue;
   std::lock_guard<std::mutex> lock(stream->mutex);
   if (!stream->capture) return orErrorInvalidValue;  // not capturing
-  *graph = new orGraph_st{stream->device, std::move(stream->capture)};
+  auto kernels = std::move(stream->capture);
   stream->capture.reset();
   stream->capturing = false;
+  // Destroyed unrun: a refused call's kernel may refer to its caller's frame.
+  if (stream->capture_invalidated.exchange(false)) return orErrorStreamCaptureInvalidated;
+  *graph = new orGraph_st{stream->device, std::move(kernels)};
   return orSuccess;
 }
 
@@ -367,7 +378,7 @@ orError orEventDestroy(orEvent event) {
 orError orEventRecord(orEvent event, orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!event || !stream) return orErrorInvalidValue;
-  if (stream->capturing.load()) return orErrorStreamCaptureUnsupported;
+  if (stream->capturing.load()) return stream->refuseWhileCapturing();
   auto record = std::make_shared<Record>();
   record->stream = stream;
   record->clock = detail::sanitizerSnapshot(stream);
@@ -398,7 +409,7 @@ orError orStreamWaitEvent(orStream stream, orEvent event) {
   if (!event || !stream) return orErrorInvalidValue;
   auto record = event->current();
   if (!record || record->stream == stream) return orSuccess;  // in-order already
-  if (stream->capturing.load()) return orErrorStreamCaptureUnsupported;
+  if (stream->capturing.load()) return stream->refuseWhileCapturing();
   orSanitizerStreamJoin(stream, record->clock);
   // A failure of the awaited stream fails this one too, with the same error:
   // its later kernels would read what the failed kernel did not write (CUDA's
