@@ -19,24 +19,11 @@ namespace {
 // pool's threads: pausing it would wait for them forever. (The child's own
 // new threads have pools of their own.)
 thread_local bool t_pool_from_parent = false;
-// Held while a thread pauses its pool, and by fork: a child must not inherit
-// libgomp in the middle of a pause (an idle stream worker's, 50 ms after its
-// last kernel), whose locks it would then wait for forever.
-pthread_mutex_t g_pausing = PTHREAD_MUTEX_INITIALIZER;
-const int kAtForkSet = pthread_atfork(
-    [] { pthread_mutex_lock(&g_pausing); },
-    [] { pthread_mutex_unlock(&g_pausing); },
-    [] {
-      t_pool_from_parent = true;
-      pthread_mutex_unlock(&g_pausing);
-    });
+const int kAtForkSet = pthread_atfork(nullptr, nullptr, [] { t_pool_from_parent = true; });
 }  // namespace
 
 void releaseOpenMPTeam() {
-  if (t_pool_from_parent) return;
-  pthread_mutex_lock(&g_pausing);
-  omp_pause_resource_all(omp_pause_soft);
-  pthread_mutex_unlock(&g_pausing);
+  if (!t_pool_from_parent) omp_pause_resource_all(omp_pause_soft);
 }
 
 void releaseOpenMPTeamForLaunch() {
