@@ -134,7 +134,7 @@ def is_current_stream_capturing() -> bool:
     calls that capture forbids."""
     if not is_initialized():
         return False
-    return _C._is_current_stream_capturing()
+    return current_stream().is_capturing()  # the DeviceGuardImpl's isStreamCapturing
 
 
 def _sleep(milliseconds: float) -> None:

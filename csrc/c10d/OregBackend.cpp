@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -288,13 +289,17 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                          t.device(), ", bound to ", *bound, ")");
       }
 
-  if (device >= 0) checkDistinctDevice(device);
-  // NCCL's kernels can be captured in a CUDA graph; oreg_ccl's worker cannot
-  // replay a collective, so refuse rather than record half of one.
-  if (device >= 0 &&
-      orStreamIsCapturing(rawStream(getCurrentStream(static_cast<c10::DeviceIndex>(device)))))
-    OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name, ": collectives cannot be captured "
-                   "in a graph (torch.accelerator.Graph); run them outside the capture");
+  // The caller's current stream, which an operation on openreg tensors follows.
+  std::optional<c10::Stream> stream;
+  if (device >= 0) {
+    checkDistinctDevice(device);
+    stream = getCurrentStream(static_cast<c10::DeviceIndex>(device));
+    // NCCL's kernels can be captured in a CUDA graph; oreg_ccl's worker cannot
+    // replay a collective, so refuse rather than record half of one.
+    if (orStreamIsCapturing(rawStream(*stream)))
+      OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name, ": collectives cannot be "
+                     "captured in a graph (torch.accelerator.Graph); run them outside the capture");
+  }
 
   // A coalesced group's work makes one device's stream wait (as NCCL, which
   // refuses groups over several devices): parts on another would be unordered.
@@ -336,8 +341,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
     std::vector<at::Tensor> held = inputs;
     held.insert(held.end(), outputs.begin(), outputs.end());
     work->stash(std::move(held));
-    const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device));
-    op.stream = rawStream(stream);
+    op.stream = rawStream(*stream);
     if (orSanitizerEnabled()) {
       // The operation reads its inputs and writes its outputs off the
       // stream, after what is queued on it now, until a wait joins it.
@@ -362,7 +366,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
       const uint64_t before = orStreamLaunchCount(op.stream);
       try {
         UntracedLaunches untraced;  // the start of a wait, as CUDA's events (OpenRegKinetoPlugin.h)
-        launchKernel(stream,
+        launchKernel(*stream,
                      [ready, transport] {
                        ready->store(true, std::memory_order_release);
                        transport->wakeup();

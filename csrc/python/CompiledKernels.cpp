@@ -39,20 +39,36 @@ const char* internedName(const std::string& name) {
   return names.insert(name).first->c_str();
 }
 
-void launchCompiledKernel(uintptr_t entry, const std::string& name, const std::string& kinds,
-                          const py::tuple& args) {
+// One compiled kernel (openreg/_inductor/kernels.py): what stays the same
+// from launch to launch is converted once; a call queues a run.
+class CompiledKernel {
+ public:
+  CompiledKernel(uintptr_t entry, const std::string& name, std::string kinds)
+      : entry_(reinterpret_cast<CompiledEntry>(entry)),
+        name_(internedName(name)),
+        kinds_(std::move(kinds)) {}
+
+  void launch(const py::args& args) const;
+
+ private:
+  CompiledEntry entry_;
+  const char* name_;
+  std::string kinds_;
+};
+
+void CompiledKernel::launch(const py::args& args) const {
   // The kernel's name for the profiler (its launch and device activity) and
   // the race checker, as CUPTI names a Triton kernel.
-  RECORD_FUNCTION(name, std::vector<c10::IValue>());
-  NamedLaunch named(internedName(name));
-  TORCH_CHECK(args.size() == kinds.size(), "compiled openreg kernel: expected ", kinds.size(),
+  RECORD_FUNCTION(name_, std::vector<c10::IValue>());
+  NamedLaunch named(name_);
+  TORCH_CHECK(args.size() == kinds_.size(), "compiled openreg kernel: expected ", kinds_.size(),
               " arguments, got ", args.size());
-  std::vector<KernelArg> kernelArgs(kinds.size());
+  std::vector<KernelArg> kernelArgs(kinds_.size());
   std::vector<at::Tensor> reads, writes;
   std::optional<c10::Device> device;
-  for (size_t i = 0; i < kinds.size(); ++i) {
+  for (size_t i = 0; i < kinds_.size(); ++i) {
     KernelArg& arg = kernelArgs[i];
-    arg.kind = kinds[i];
+    arg.kind = kinds_[i];
     switch (arg.kind) {
       case 'r':
       case 'w': {
@@ -83,8 +99,8 @@ void launchCompiledKernel(uintptr_t entry, const std::string& name, const std::s
     }
   }
   // Every kernel writes an output, which checkWrittenOnDevice keeps on the device.
-  TORCH_CHECK(device, "compiled openreg kernel ", name, ": no openreg tensor among its arguments");
-  auto run = [fn = reinterpret_cast<CompiledEntry>(entry), a = std::move(kernelArgs)]() mutable {
+  TORCH_CHECK(device, "compiled openreg kernel ", name_, ": no openreg tensor among its arguments");
+  auto run = [fn = entry_, a = std::move(kernelArgs)]() mutable {
     std::vector<void*> pointers(a.size());
     for (size_t i = 0; i < a.size(); ++i) pointers[i] = a[i].pointer();
     fn(pointers.data());
@@ -95,8 +111,10 @@ void launchCompiledKernel(uintptr_t entry, const std::string& name, const std::s
 }  // namespace
 
 void bindCompiledKernels(py::module& m) {
-  m.def("_launch_compiled_kernel", &launchCompiledKernel, py::arg("entry"), py::arg("name"),
-        py::arg("kinds"), py::arg("args"));
+  py::class_<CompiledKernel>(m, "_CompiledKernel")
+      .def(py::init<uintptr_t, const std::string&, std::string>(), py::arg("entry"),
+           py::arg("name"), py::arg("kinds"))
+      .def("__call__", &CompiledKernel::launch);
 }
 
 }  // namespace openreg

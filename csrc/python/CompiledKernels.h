@@ -1,5 +1,5 @@
 // Inductor's C++ kernels on openreg streams (openreg/_inductor): the launch
-// binding, openreg._C._launch_compiled_kernel (CompiledKernels.cpp).
+// binding, openreg._C._CompiledKernel (CompiledKernels.cpp).
 #pragma once
 
 #include <torch/csrc/utils/pybind.h>

@@ -107,14 +107,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_memory_fraction",
         [](int d) { return getMemoryFraction(static_cast<c10::DeviceIndex>(d)); });
   bindMemorySnapshot(m);  // _record_memory_history, _snapshot
-  bindCompiledKernels(m);  // _launch_compiled_kernel (openreg/_inductor)
+  bindCompiledKernels(m);  // _CompiledKernel (openreg/_inductor)
   // torch.accelerator.Graph (OpenRegGraph.cpp)
   m.def("_register_graph_impl", &registerGraphImpl);
   m.def("_graph_pool_handle", [] {
     c10::MempoolId_t id = graphPoolHandle();
     return py::make_tuple(id.first, id.second);
   });
-  m.def("_is_current_stream_capturing", &isCurrentStreamCapturing);
 
   m.def("_set_sync_debug_mode", [](int mode) { set_sync_debug_mode(mode); });
   m.def("_get_sync_debug_mode", [] { return get_sync_debug_mode(); });

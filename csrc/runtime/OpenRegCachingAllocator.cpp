@@ -148,7 +148,8 @@ class DeviceCache {
     const bool small = size <= kSmallSize;
     // A capturing stream allocates from its graph's private pool: blocks keyed
     // by the pool instead of a stream, which no other allocation finds.
-    if (auto capture = captures_.find(stream); capture != captures_.end()) stream = capture->second;
+    if (!captures_.empty())
+      if (auto capture = captures_.find(stream); capture != captures_.end()) stream = capture->second;
     Block* block = takeCached(small, size, stream);
     const bool traced = recordsContext(RecordContext::kAlloc);
     if (!block) {

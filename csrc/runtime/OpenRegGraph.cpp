@@ -189,8 +189,4 @@ void registerGraphImpl() {
 
 c10::MempoolId_t graphPoolHandle() { return poolRegistry().newId(/*shared=*/true); }
 
-bool isCurrentStreamCapturing() {
-  return orStreamIsCapturing(rawStream(getCurrentStream(current_device())));
-}
-
 }  // namespace openreg

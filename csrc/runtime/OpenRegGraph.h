@@ -10,7 +10,5 @@ namespace openreg {
 void registerGraphImpl();
 // torch.openreg.graph_pool_handle(): a pool id graphs can share.
 c10::MempoolId_t graphPoolHandle();
-// torch.openreg.is_current_stream_capturing().
-bool isCurrentStreamCapturing();
 
 }  // namespace openreg

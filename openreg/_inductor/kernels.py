@@ -5,7 +5,7 @@ Inductor's CPU code generator writes each fused kernel as
 the CPU, calls it through a Python binding that passes ``tensor.data_ptr()``.
 Device memory is not host-accessible here, and a kernel must run in its
 stream's order, so an openreg kernel is built with an entry that takes one
-``void*`` per argument instead; ``openreg._C._launch_compiled_kernel`` queues
+``void*`` per argument instead; ``openreg._C._CompiledKernel`` queues
 it on the current stream with kernel-visible addresses, declaring the tensors
 it reads (``const T*``) and writes (``T*``) to the race checker, under a
 RecordFunction named after the kernel (``cpp_fused_relu_sum_0``), which the
@@ -56,13 +56,12 @@ class CompiledKernel:
     """One compiled kernel; calling it queues a run on the current stream."""
 
     def __init__(self, name: str, arg_types: list, library):
-        self._name = name
-        self._kinds = "".join(map(_argument_kind, arg_types))
         self._library = library  # keeps the entry's code loaded
-        self._entry = ctypes.cast(library.openreg_kernel_entry, ctypes.c_void_p).value
+        entry = ctypes.cast(library.openreg_kernel_entry, ctypes.c_void_p).value
+        self._launch = _C._CompiledKernel(entry, name, "".join(map(_argument_kind, arg_types)))
 
     def __call__(self, *args) -> None:
-        _C._launch_compiled_kernel(self._entry, self._name, self._kinds, args)
+        self._launch(*args)
 
 
 def build(async_compile, name: str, arg_types: list, source: str):

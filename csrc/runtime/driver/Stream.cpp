@@ -176,10 +176,11 @@ std::vector<orStream> streamsOf(int device) {
 orError orDeviceSynchronize(int device) {
   OR_RETURN_IF_FORKED();
   if (device < 0 || device >= orDeviceCount()) return orErrorInvalidDevice;
-  for (auto* s : streamsOf(device))
+  const std::vector<orStream> streams = streamsOf(device);
+  for (auto* s : streams)
     if (s->capturing.load()) return s->refuseWhileCapturing();
   orError result = orSuccess;
-  for (auto* s : streamsOf(device)) {
+  for (auto* s : streams) {
     orError e = orStreamSynchronize(s);
     if (e != orSuccess && result == orSuccess) result = e;
   }
@@ -311,8 +312,7 @@ orError orStreamEndCapture(orStream stream, orGraph* graph) {
   if (!stream || !graph) return orErrorInvalidValue;
   std::lock_guard<std::mutex> lock(stream->mutex);
   if (!stream->capture) return orErrorInvalidValue;  // not capturing
-  auto kernels = std::move(stream->capture);
-  stream->capture.reset();
+  auto kernels = std::move(stream->capture);  // leaves `capture` null
   stream->capturing = false;
   // Destroyed unrun: a refused call's kernel may refer to its caller's frame.
   if (stream->capture_invalidated.exchange(false)) return orErrorStreamCaptureInvalidated;
