@@ -6,11 +6,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # oreg_ccl's cross-host transport links the system libzmq (Debian's
 # libzmq3-dev: headers + the library the extension loads at run time; pyzmq's
-# wheel bundles a libzmq but no headers). iproute2 runs the two-namespace test.
-if ! { [ -f /usr/include/zmq.h ] && command -v ip >/dev/null; }; then
+# wheel bundles a libzmq but no headers). iproute2 runs the two-namespace test;
+# gdb gives a hung test subprocess's native stacks in its failure report.
+if ! { [ -f /usr/include/zmq.h ] && command -v ip >/dev/null && command -v gdb >/dev/null; }; then
   SUDO=$([ "$(id -u)" -eq 0 ] || echo sudo)
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libzmq3-dev iproute2 >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libzmq3-dev iproute2 gdb >/dev/null
 fi
 python -m pip install --quiet --disable-pip-version-check \
   "torch==2.13.0" ninja numpy "setuptools>=64" wheel \

@@ -1,4 +1,6 @@
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -6,12 +8,70 @@ import textwrap
 import pytest
 
 
+def _process_tree(pid: int) -> list[int]:
+    """`pid` and every process below it (through /proc's children lists)."""
+    tree, todo = [pid], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            tree += kids
+            todo += kids
+    return tree
+
+
+def _native_stacks(pids: list[int]) -> str:
+    """Every thread's native stack of each process (gdb when installed, else
+    what the kernel says each thread waits in), for a hang's report."""
+    out = []
+    for pid in pids:
+        out.append(f"--- pid {pid}")
+        if shutil.which("gdb"):
+            r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                               capture_output=True, text=True, timeout=120)
+            out.append("\n".join(line for line in r.stdout.splitlines() if line.startswith(("#", "Thread"))))
+            continue
+        for task in sorted(os.listdir(f"/proc/{pid}/task")):
+            try:
+                with open(f"/proc/{pid}/task/{task}/wchan") as f:
+                    out.append(f"thread {task}: waits in {f.read() or '-'}")
+            except OSError:
+                pass
+    return "\n".join(out)
+
+
 def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Runs `code` in a fresh interpreter (clean device state, own env knobs)."""
+    """Runs `code` in a fresh interpreter (clean device state, own env knobs).
+    A run past `timeout` fails with the native stacks of its processes."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=full_env, timeout=timeout)
+    args = [sys.executable, "-c", textwrap.dedent(code)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tree = _process_tree(proc.pid)
+        try:
+            stacks = _native_stacks(tree)
+        except (OSError, subprocess.SubprocessError) as e:
+            stacks = f"(no stacks: {e})"
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"subprocess ran past {timeout} s; stdout:\n{stdout}\nstderr:\n{stderr}\n"
+                    f"native stacks:\n{stacks}", pytrace=False)
+    return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
 
 
 @pytest.fixture
