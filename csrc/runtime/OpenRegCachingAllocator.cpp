@@ -297,6 +297,7 @@ class DeviceCache {
   }
 
   void snapshot(std::vector<SegmentInfo>& out) {
+    if (orIsForkedChild()) return;  // nothing of the parent's (see cache())
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<Block*> heads;  // each segment's first block
     auto addHead = [&](Block* b) {
@@ -744,6 +745,7 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
   bool initialized() override { return true; }
 
   void emptyCache(c10::MempoolId_t) override {
+    if (orIsForkedChild()) return;  // nothing of the child's to free (see cache())
     for (c10::DeviceIndex d = 0; d < device_count(); ++d)
       if (caches_[d]) caches_[d]->emptyCache();
   }
@@ -779,18 +781,24 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
   }
 
   void snapshot(std::vector<SegmentInfo>& out) {
+    if (orIsForkedChild()) return;  // nothing of the parent's (see cache())
     for (c10::DeviceIndex d = 0; d < device_count(); ++d)
       if (caches_[d]) caches_[d]->snapshot(out);
   }
 
   std::vector<std::vector<MemoryTraceEntry>> traces() {
     std::vector<std::vector<MemoryTraceEntry>> out(device_count());
+    if (orIsForkedChild()) return out;  // see cache()
     for (c10::DeviceIndex d = 0; d < device_count(); ++d)
       if (caches_[d]) out[d] = caches_[d]->traceEntries();
     return out;
   }
 
   DeviceCache& cache(c10::DeviceIndex device) {
+    // A forked child's caches are the parent's, and a parent thread may have
+    // held a cache's mutex at the fork (no one unlocks it here): refuse as
+    // the driver does, before taking it.
+    if (C10_UNLIKELY(orIsForkedChild())) OPENREG_CHECK(orErrorForkedChild);
     check_device_index(device);
     std::call_once(once_[device], [&] { caches_[device] = std::make_unique<DeviceCache>(device); });
     return *caches_[device];

@@ -90,7 +90,21 @@ struct OpenRegHostAllocatorImpl final : at::CachingHostAllocatorImpl<c10::Stream
 void freePinned(void* ctx);
 
 struct OpenRegHostAllocator final
-    : at::CachingHostAllocatorInterface<OpenRegHostAllocatorImpl, freePinned> {};
+    : at::CachingHostAllocatorInterface<OpenRegHostAllocatorImpl, freePinned> {
+  // A forked child refuses before PyTorch's allocator takes its locks, which a
+  // parent thread may have held at the fork (as the device allocator does).
+  at::DataPtr allocate(size_t size) override {
+    if (C10_UNLIKELY(orIsForkedChild())) OPENREG_CHECK(orErrorForkedChild);
+    return CachingHostAllocatorInterface::allocate(size);
+  }
+  bool record_event(void* ptr, void* ctx, c10::Stream stream) override {
+    if (C10_UNLIKELY(orIsForkedChild())) OPENREG_CHECK(orErrorForkedChild);
+    return CachingHostAllocatorInterface::record_event(ptr, ctx, stream);
+  }
+  void empty_cache() override {
+    if (!orIsForkedChild()) CachingHostAllocatorInterface::empty_cache();
+  }
+};
 
 OpenRegHostAllocator g_host_allocator;
 

@@ -1,5 +1,7 @@
 """Device enumeration, selection, guards and autoload (csrc/runtime/OpenRegGuardImpl.cpp,
 OpenRegHooks.cpp, OpenRegFunctions.cpp; openreg/device.py)."""
+import textwrap
+
 import pytest
 import torch
 
@@ -231,39 +233,64 @@ def test_forked_child_raises_instead_of_hanging(python):
     assert r.stdout.strip() == "0"
 
 
-def test_forked_child_freeing_an_inherited_tensor_does_not_hang(python):
-    # A parent thread allocating at fork time may hold the allocator's lock,
-    # which the child inherits locked: the child must not take it.
+CHILD_ACTIONS = {
+    # The allocator's lock: freeing must not take it.
+    "frees an inherited tensor": "held.pop(); os._exit(0)",
+    # The device allocator's lock (the allocation), and a stream's lock, which
+    # its worker or a launching thread holds at times (the refused launch must
+    # not take it to read the stream's last error).
+    "launches": """
+        try:
+            torch.ones(1, device="openreg")
+            os._exit(3)
+        except RuntimeError as e:
+            os._exit(0 if "forked subprocess" in str(e) else 4)""",
+    # PyTorch's host allocator's locks.
+    "pins host memory": """
+        try:
+            torch.ones(3).pin_memory()
+            os._exit(3)
+        except RuntimeError as e:
+            os._exit(0 if "forked subprocess" in str(e) else 4)""",
+}
+
+
+@pytest.mark.parametrize("action", CHILD_ACTIONS)
+def test_forked_child_does_not_hang_on_locks_parent_threads_held(python, action):
+    # A parent thread launching, allocating or pinning at fork time may hold a
+    # lock the child inherits locked (its owner is not in the child): the
+    # child's calls must fail or succeed without taking it.
     r = python("""
         import os, threading, torch
         stop = False
         def churn():
             while not stop:
                 del_me = torch.ones(1000, device="openreg") * 2
+                del_me = torch.ones(10).pin_memory()
         t = threading.Thread(target=churn)
         t.start()
         held = [torch.ones(10, device="openreg") for _ in range(40)]
-        hung = 0
+        outcomes = []
         for _ in range(40):
             pid = os.fork()
             if pid == 0:
-                held.pop()
-                os._exit(0)
+%s
             for _ in range(500):  # 5 s
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
+                    outcomes.append(os.waitstatus_to_exitcode(status))
                     break
                 threading.Event().wait(0.01)
             else:
-                hung += 1
+                outcomes.append("hung")
                 os.kill(pid, 9)
                 os.waitpid(pid, 0)
         stop = True
         t.join()
-        print(hung)
-    """, timeout=200)
+        print(sorted(set(outcomes), key=str))
+    """ % textwrap.indent(textwrap.dedent(CHILD_ACTIONS[action]).strip(), " " * 16), timeout=200)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "0"
+    assert r.stdout.strip() == "[0]"
 
 
 def test_tensor_device_helpers():

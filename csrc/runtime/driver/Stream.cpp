@@ -188,6 +188,7 @@ orError orDeviceSynchronize(int device) {
 }
 
 std::exception_ptr orDeviceLastException(int device) {
+  if (orIsForkedChild()) return nullptr;  // as orStreamLastException
   for (auto* s : streamsOf(device))
     if (s->failed.load()) return orStreamLastException(s);
   return nullptr;
@@ -285,6 +286,9 @@ std::string orErrorMessage(std::exception_ptr error) {
 }
 
 std::exception_ptr orStreamLastException(orStream stream) {
+  // A forked child's streams are the parent's: a worker thread that no longer
+  // exists may have held this mutex at the fork, so it is never taken here.
+  if (orIsForkedChild()) return nullptr;
   std::lock_guard<std::mutex> lock(stream->mutex);
   return stream->first_exception;
 }
@@ -459,6 +463,7 @@ orSanitizerPoint eventPoint(orEvent event) {
 }  // namespace detail
 
 orStream orEventStream(orEvent event) {
+  if (orIsForkedChild()) return nullptr;  // the event's mutex may be held by a lost thread
   auto record = event ? event->current() : nullptr;
   return record ? record->stream : nullptr;
 }
@@ -475,6 +480,7 @@ orError orEventSynchronize(orEvent event) {
 }
 
 orError orEventElapsedTime(float* ms, orEvent start, orEvent end) {
+  OR_RETURN_IF_FORKED();
   if (!ms || !start || !end || !start->timing || !end->timing) return orErrorInvalidValue;
   auto a = start->current();
   auto b = end->current();
