@@ -210,3 +210,24 @@ def test_random_ops_draw_new_numbers_on_each_replay():
     first = y.cpu().clone()
     g.replay()
     assert not torch.equal(first, y.cpu())
+
+
+def test_torch_cuda_style_graph_context_manager():
+    # Code written for torch.cuda.graph(g) ports by the module's name alone.
+    x = torch.ones(100, device=DEV)
+    g = torch.openreg.Graph()
+    caller = torch.openreg.current_stream()
+    with torch.openreg.graph(g):
+        assert torch.openreg.current_stream() != caller  # captured on a side stream
+        y = x * 3
+    assert torch.openreg.current_stream() == caller
+    x.fill_(2.0)
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((100,), 6.0))
+    shared = torch.openreg.Graph()
+    with torch.openreg.graph(shared, pool=g.pool()):
+        z = y + 1
+    assert shared.pool() == g.pool()
+    g.replay()
+    shared.replay()
+    torch.testing.assert_close(z.cpu(), torch.full((100,), 7.0))
