@@ -92,7 +92,7 @@ from .random import (
     set_rng_state_all,
 )
 from .amp import get_amp_supported_dtype, is_bf16_supported
-from .graphs import Graph, graph, graph_pool_handle
+from .graphs import Graph, graph, graph_pool_handle, make_graphed_callables
 from . import rnn  # noqa: F401  (registers the fused RNN cell kernels)
 from . import sanitizer  # noqa: F401  (torch.openreg.sanitizer, the race checker)
 from . import _registration
@@ -130,11 +130,12 @@ __all__ = [
     "default_stream", "device", "device_count", "device_memory_used", "device_of", "empty_cache",
     "get_allocator_backend", "get_amp_supported_dtype", "get_device_capability", "get_device_name",
     "get_device_properties", "get_per_process_memory_fraction", "get_rng_state",
-    "get_rng_state_all", "get_sync_debug_mode", "graph", "graph_pool_handle", "init", "initial_seed", "is_available",
-    "is_bf16_supported", "is_current_stream_capturing", "is_initialized", "list_gpu_processes",
-    "manual_seed", "manual_seed_all", "max_memory_allocated", "max_memory_cached",
-    "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_cached", "memory_reserved",
-    "memory_snapshot", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
+    "get_rng_state_all", "get_sync_debug_mode", "graph", "graph_pool_handle", "init",
+    "initial_seed", "is_available", "is_bf16_supported", "is_current_stream_capturing",
+    "is_initialized", "list_gpu_processes", "make_graphed_callables", "manual_seed",
+    "manual_seed_all", "max_memory_allocated", "max_memory_cached", "max_memory_reserved",
+    "mem_get_info", "memory_allocated", "memory_cached", "memory_reserved", "memory_snapshot",
+    "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
     "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
     "reset_peak_memory_stats", "seed", "seed_all", "set_device", "set_per_process_memory_fraction",
     "set_rng_state", "set_rng_state_all", "set_stream", "set_sync_debug_mode", "stream",

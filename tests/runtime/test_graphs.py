@@ -1,6 +1,8 @@
 """Graph capture and replay (torch.accelerator.Graph on openreg; csrc/runtime/OpenRegGraph.cpp):
 kernels launched while a stream captures are recorded and replayed on the same memory,
 which the graph's private pool keeps from every other allocation."""
+import copy
+
 import pytest
 import torch
 
@@ -231,3 +233,55 @@ def test_torch_cuda_style_graph_context_manager():
     g.replay()
     shared.replay()
     torch.testing.assert_close(z.cpu(), torch.full((100,), 7.0))
+
+
+def test_make_graphed_callables_matches_eager_training():
+    # A graphed module and function train as their eager twins do, step for step.
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(DEV)
+    graphed = copy.deepcopy(eager)
+    scale = torch.tensor(0.5, device=DEV, requires_grad=True)
+
+    def head(y, s):
+        return (y * s).square()
+
+    x0 = torch.randn(32, 8, device=DEV, requires_grad=True)
+    y0 = torch.randn(32, 4, device=DEV, requires_grad=True)
+    graphed, graphed_head = torch.openreg.make_graphed_callables(
+        (graphed, head), ((x0,), (y0, scale)))
+    scale_eager = scale.detach().clone().requires_grad_()
+    opt_eager = torch.optim.SGD(list(eager.parameters()) + [scale_eager], lr=0.1)
+    opt_graphed = torch.optim.SGD(list(graphed.parameters()) + [scale], lr=0.1)
+    for step in range(3):
+        x = torch.randn(32, 8, device=DEV)
+        loss_eager = head(eager(x), scale_eager).sum()
+        loss_graphed = graphed_head(graphed(x), scale).sum()
+        loss_eager.backward()
+        loss_graphed.backward()
+        torch.testing.assert_close(loss_graphed.cpu(), loss_eager.cpu())
+        for a, b in zip(graphed.parameters(), eager.parameters()):
+            torch.testing.assert_close(a.grad.cpu(), b.grad.cpu())
+        torch.testing.assert_close(scale.grad.cpu(), scale_eager.grad.cpu())
+        opt_eager.step(), opt_graphed.step()
+        opt_eager.zero_grad(), opt_graphed.zero_grad()
+    # Outputs are the graph's static memory, as CUDA's: the next replay overwrites them.
+    with torch.no_grad():
+        first = graphed(torch.randn(32, 8, device=DEV))
+        second = graphed(torch.randn(32, 8, device=DEV))
+    assert first.data_ptr() == second.data_ptr()
+    # Evaluation mode was not captured: the module runs eagerly there.
+    graphed.eval()
+    x = torch.randn(5, 8, device=DEV)
+    torch.testing.assert_close(graphed(x).cpu(), eager(x).cpu())
+
+
+def test_make_graphed_callables_refuses_what_cuda_refuses():
+    m = torch.nn.Linear(4, 4).to(DEV)
+    m.register_forward_hook(lambda *a: None)
+    with pytest.raises(RuntimeError, match="hooks"):
+        torch.openreg.make_graphed_callables(m, (torch.randn(2, 4, device=DEV),))
+    with pytest.raises(TypeError, match="only Tensors"):
+        torch.openreg.make_graphed_callables(lambda a, b: a * b, (torch.randn(2, device=DEV), 3))
+    f = torch.openreg.make_graphed_callables(lambda a: a * 2, (torch.randn(2, 4, device=DEV),))
+    with pytest.raises(RuntimeError, match="shape"):
+        f(torch.randn(3, 4, device=DEV))
