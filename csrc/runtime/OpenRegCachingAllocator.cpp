@@ -153,7 +153,8 @@ class DeviceCache {
     Block* block = takeCached(small, size, stream);
     const bool traced = recordsContext(RecordContext::kAlloc);
     if (!block) {
-      if (garbageCollectionOn()) collectGarbage();
+      // Collecting waits for the device, which would end a capture (see allocateSegment).
+      if (garbageCollectionOn() && captures_.empty()) collectGarbage();
       block = allocateSegment(small, size, stream);
       trace_.record(MemoryAction::kSegmentAlloc, block->ptr, block->size, owningStream(stream),
                     traced ? context : nullptr);
@@ -528,7 +529,9 @@ class DeviceCache {
     const size_t bytes = segmentSize(size);
     void* ptr = nullptr;
     orError error = mallocWithinFraction(bytes, &ptr);
-    if (error == orErrorMemoryAllocation && hasCachedOrPending()) {
+    // While a stream of the device captures, waiting for the device would
+    // invalidate the capture: as CUDA's allocator, fail at once with an OOM.
+    if (error == orErrorMemoryAllocation && hasCachedOrPending() && captures_.empty()) {
       // CUDA's order: return just enough oversize blocks and try again, then
       // every unused segment and retry.
       waitForDeviceAndPendingUses();

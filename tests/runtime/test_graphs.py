@@ -285,3 +285,31 @@ def test_make_graphed_callables_refuses_what_cuda_refuses():
     f = torch.openreg.make_graphed_callables(lambda a: a * 2, (torch.randn(2, 4, device=DEV),))
     with pytest.raises(RuntimeError, match="shape"):
         f(torch.randn(3, 4, device=DEV))
+
+
+def test_out_of_memory_during_a_capture_is_an_oom_and_keeps_the_capture(python):
+    # Freeing the cache for a retry waits for the device, which a capture
+    # forbids: as CUDA's allocator, the failure is an OutOfMemoryError at once,
+    # and the capture goes on; outside a capture the retry frees the cache.
+    r = python("""
+        import torch
+        cached = torch.empty(600 << 20, dtype=torch.uint8, device="openreg")
+        del cached
+        s = torch.openreg.Stream()
+        g = torch.accelerator.Graph()
+        with torch.openreg.stream(s):
+            g.capture_begin()
+            try:
+                torch.empty(700 << 20, dtype=torch.uint8, device="openreg")
+                print("allocated")
+            except torch.OutOfMemoryError:
+                print("oom")
+            y = torch.ones(10, device="openreg") * 2
+            g.capture_end()
+        g.replay()
+        print(y.sum().item())
+        torch.empty(700 << 20, dtype=torch.uint8, device="openreg")
+        print("retried")
+    """, env={"OPENREG_DEVICE_MEMORY": "1GiB"}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["oom", "20.0", "retried"]
