@@ -148,8 +148,7 @@ class DeviceCache {
     const bool small = size <= kSmallSize;
     // A capturing stream allocates from its graph's private pool: blocks keyed
     // by the pool instead of a stream, which no other allocation finds.
-    if (!captures_.empty())
-      if (auto capture = captures_.find(stream); capture != captures_.end()) stream = capture->second;
+    if (!captures_.empty()) stream = captureKey(stream);
     Block* block = takeCached(small, size, stream);
     const bool traced = recordsContext(RecordContext::kAlloc);
     if (!block) {
@@ -236,10 +235,12 @@ class DeviceCache {
       pools_.emplace(it->second, stream);
     }
     captures_[stream] = it->second;
+    captureOrigins_[rawStreamOf(stream)] = stream;
   }
   void endAllocateToPool(c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(mutex_);
     captures_.erase(stream);
+    captureOrigins_.erase(rawStreamOf(stream));
   }
   // The pool's blocks become ordinary blocks of the stream it captured.
   void releasePool(uint64_t number) {
@@ -479,6 +480,22 @@ class DeviceCache {
     return event;
   }
 
+  orStream rawStreamOf(c10::StreamId stream) const {
+    return rawStream(c10::Stream(c10::Stream::UNSAFE,
+                                 c10::Device(c10::DeviceType::PrivateUse1, device_), stream));
+  }
+
+  // The key an allocation on `stream` uses while the device captures: its
+  // capture's pool, also for a stream that forked into a capture (through an
+  // event), so every kernel a graph replays uses memory the graph owns.
+  c10::StreamId captureKey(c10::StreamId stream) {
+    if (auto it = captures_.find(stream); it != captures_.end()) return it->second;
+    orStream origin = orStreamCaptureOrigin(rawStreamOf(stream));
+    if (!origin) return stream;
+    auto it = captureOrigins_.find(origin);
+    return it == captureOrigins_.end() ? stream : captures_.at(it->second);
+  }
+
   void processPendingFrees() {
     for (auto it = pending_.begin(); it != pending_.end();) {
       auto& deferred = it->deferred;
@@ -714,6 +731,7 @@ class DeviceCache {
   uint64_t poolKeysMade_ = 0;                                  // GUARDED_BY mutex_
   // Capturing stream -> its key; live key -> the stream it stands for.
   std::unordered_map<c10::StreamId, c10::StreamId> captures_;  // GUARDED_BY mutex_
+  std::unordered_map<orStream, c10::StreamId> captureOrigins_;  // GUARDED_BY mutex_; the same streams
   std::unordered_map<c10::StreamId, c10::StreamId> pools_;     // GUARDED_BY mutex_
 };
 

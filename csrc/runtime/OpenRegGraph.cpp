@@ -2,9 +2,10 @@
 // torch.accelerator.Graph), what CUDAGraph is for CUDA: capture the kernels a
 // region launches on the current stream, then replay them with one launch.
 //
-// Capture is the driver's (orStreamBeginCapture: a capturing stream records
-// launches instead of running them; a sync or event on it raises "operation
-// not permitted when stream is capturing", as CUDA's). Memory is CUDA's
+// Capture is the driver's (orStreamBeginCapture: a capturing stream, and any
+// stream that forks into the capture by waiting for an event recorded in it,
+// records launches instead of running them; a sync raises "operation not
+// permitted when stream is capturing", as CUDA's). Memory is CUDA's
 // private pool: the capturing stream allocates from the graph's pool, which
 // keeps every block it handed out (freed or not) away from other allocations
 // and from empty_cache while a graph using it lives, so replays read and

@@ -313,3 +313,64 @@ def test_out_of_memory_during_a_capture_is_an_oom_and_keeps_the_capture(python):
     """, env={"OPENREG_DEVICE_MEMORY": "1GiB"}, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["oom", "20.0", "retried"]
+
+
+def test_streams_fork_into_a_capture_and_join_it_through_events():
+    # CUDA's fork-join capture: a stream that waits for an event recorded in a
+    # capture takes part in it; its kernels replay with the graph, in an order
+    # that keeps every event dependency.
+    x = torch.ones(4096, device=DEV)
+    s = side_stream()
+    branch = torch.openreg.Stream(DEV)
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(s):
+        g.capture_begin()
+        a = x * 2
+        branch.wait_stream(s)  # the fork
+        with torch.openreg.stream(branch):
+            assert torch.openreg.is_current_stream_capturing()
+            tmp_ptr, b = freed_temporary(x)  # b = x * 2 + 1, beside `a`
+        c = a * 3
+        s.wait_stream(branch)  # the join
+        y = b + c
+        g.capture_end()
+    assert not branch.is_capturing()
+    # The branch allocated from the graph's pool: its freed temporary goes to no one.
+    with torch.openreg.stream(branch):
+        assert torch.empty(4096, device=DEV).data_ptr() != tmp_ptr
+    for value in (2.0, -1.0):
+        x.fill_(value)
+        g.replay()
+        torch.testing.assert_close(y.cpu(), torch.full((4096,), value * 2 + 1 + value * 6))
+    # After the capture the branch is an ordinary stream again.
+    with torch.openreg.stream(branch):
+        torch.testing.assert_close((x + 1).cpu(), torch.full((4096,), 0.0))
+
+
+def test_a_capture_that_does_not_join_its_fork_is_refused():
+    x = torch.ones(10, device=DEV)
+    s = side_stream()
+    branch = torch.openreg.Stream(DEV)
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(s):
+        g.capture_begin()
+        branch.wait_stream(s)
+        with torch.openreg.stream(branch):
+            x.mul_(2)  # never waited for by `s`
+        with pytest.raises(torch.AcceleratorError, match="fork that was not joined"):
+            g.capture_end()
+    assert not branch.is_capturing()
+    torch.testing.assert_close(x.cpu(), torch.ones(10))  # captured, never run
+
+
+def test_a_capture_event_cannot_be_waited_for_by_the_host():
+    s = side_stream()
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(s):
+        g.capture_begin()
+        event = torch.openreg.Event()
+        event.record()
+        with pytest.raises(torch.AcceleratorError, match="not permitted when stream is capturing"):
+            event.synchronize()
+        with pytest.raises(torch.AcceleratorError, match="previous error during capture"):
+            g.capture_end()

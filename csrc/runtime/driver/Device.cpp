@@ -99,6 +99,11 @@ const char* orGetErrorString(orError error) {
     case orErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case orErrorStreamCaptureInvalidated:
       return "operation failed due to a previous error during capture";
+    case orErrorStreamCaptureUnmatched: return "the capture was not initiated in this stream";
+    case orErrorStreamCaptureUnjoined:
+      return "the capture sequence contains a fork that was not joined to the primary stream";
+    case orErrorStreamCaptureMerge:
+      return "operation would have merged two independent capture sequences";
     case orErrorForkedChild:
       return "openreg was initialized in the parent process and cannot be used in a forked child";
   }

@@ -39,6 +39,9 @@ enum orError {
   orErrorDataRace,           // the race checker refused a launch: orSanitizerLastReport says why
   orErrorStreamCaptureUnsupported,  // an operation a capturing stream cannot record (a wait, a sync)
   orErrorStreamCaptureInvalidated,  // end of a capture during which such an operation was refused
+  orErrorStreamCaptureUnmatched,    // a capture ended on a stream that did not begin it
+  orErrorStreamCaptureUnjoined,     // a capture ended before waiting for a stream that forked into it
+  orErrorStreamCaptureMerge,        // a wait would join two captures
 };
 
 const char* orGetErrorString(orError error);
@@ -135,17 +138,26 @@ std::string orErrorMessage(std::exception_ptr error);  // "" for null
 
 // ---- graphs (cudaStreamBeginCapture / cudaGraphLaunch) ---------------------
 // Between begin and end capture, kernels launched on `stream` are recorded,
-// not run; a graph launch queues them, in order, as one kernel, on any stream
-// of the device. Synchronising, querying or recording an event on a capturing
-// stream, waiting on it for another stream's event, or synchronising its
-// device returns orErrorStreamCaptureUnsupported and invalidates the capture:
-// it goes on recording, and its end returns orErrorStreamCaptureInvalidated
-// with no graph. The race checker does not check captured kernels or replays.
+// not run; a graph launch queues them, in the order they were launched, as
+// one kernel, on any stream of the device. An event recorded on a capturing
+// stream marks a point of the capture: another stream of the device that
+// waits for it takes part in the capture from then on (CUDA's fork), and the
+// capture can end only once `stream` has waited for an event recorded on each
+// such stream after its last kernel (the join; else orErrorStreamCaptureUnjoined).
+// Synchronising or querying a capturing stream or a capture's event, waiting
+// on a capturing stream for an event recorded outside the capture, or
+// synchronising its device returns orErrorStreamCaptureUnsupported and
+// invalidates the capture: it goes on recording, and its end returns
+// orErrorStreamCaptureInvalidated with no graph. The race checker does not
+// check captured kernels or replays.
 struct orGraph_st;
 using orGraph = orGraph_st*;
 orError orStreamBeginCapture(orStream stream);
 orError orStreamEndCapture(orStream stream, orGraph* graph);
 bool orStreamIsCapturing(orStream stream);
+// The stream that began the capture `stream` takes part in (itself, or the one it
+// forked from); null when it is not capturing.
+orStream orStreamCaptureOrigin(orStream stream);
 orError orGraphLaunch(orGraph graph, orStream stream);
 size_t orGraphKernelCount(orGraph graph);
 orError orGraphDestroy(orGraph graph);  // a queued launch keeps what it runs

@@ -14,6 +14,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/thread_name.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,8 +24,34 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 namespace openreg {
+
+// One capture (orStreamBeginCapture to orStreamEndCapture): the kernels its
+// streams launched, in the order the host issued them, which respects every
+// event dependency among them (a wait can only name a record already made),
+// so a replay runs them in that order on one stream. `origin` began it; other
+// streams take part from their first wait for an event recorded in it (CUDA's
+// fork) until the end, which needs the origin to have waited for each of them
+// after its last kernel (the join).
+struct Capture {
+  explicit Capture(orStream begun_by) : origin(begun_by) {}
+  const orStream origin;
+  std::mutex mutex;
+  std::vector<std::function<void()>> kernels;  // GUARDED_BY mutex
+  struct Member {
+    size_t issued = 0;  // kernels.size() after its last launch (or its fork)
+    size_t joined = 0;  // the latest position of it the origin waited for
+    bool ever_joined = false;
+  };
+  std::unordered_map<orStream, Member> members;  // GUARDED_BY mutex; not the origin
+  bool ended = false;  // GUARDED_BY mutex
+  // A call the capture could not record was refused: the graph is incomplete,
+  // so orStreamEndCapture discards it (CUDA's cudaErrorStreamCaptureInvalidated).
+  std::atomic<bool> invalidated{false};
+};
 
 struct orStream_st {
   static constexpr uint64_t kNoWaiter = UINT64_MAX;
@@ -48,14 +75,12 @@ struct orStream_st {
   std::atomic<uint64_t> wake_at{kNoWaiter};
   std::exception_ptr first_exception;  // GUARDED_BY mutex; sticky like CUDA's errors
   std::atomic<bool> failed{false};
-  // While capturing (orStreamBeginCapture): launches go here, not to `queue`.
-  std::shared_ptr<std::vector<std::function<void()>>> capture;  // GUARDED_BY mutex
+  // While taking part in a capture: launches go there, not to `queue`.
+  std::shared_ptr<Capture> capture;  // GUARDED_BY mutex
   std::atomic<bool> capturing{false};  // capture != null, readable without the mutex
-  // A call the capture could not record was refused: the graph is incomplete,
-  // so orStreamEndCapture discards it (CUDA's cudaErrorStreamCaptureInvalidated).
-  std::atomic<bool> capture_invalidated{false};
   orError refuseWhileCapturing() {
-    capture_invalidated = true;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (capture) capture->invalidated = true;
     return orErrorStreamCaptureUnsupported;
   }
   std::thread worker;
@@ -206,8 +231,14 @@ orError orLaunchKernel(orStream stream, std::function<void()> kernel,
   if (stream->failed.load(std::memory_order_relaxed)) return orErrorLaunchFailure;
   if (stream->capturing.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(stream->mutex);
-    if (stream->capture) {
-      stream->capture->push_back(std::move(kernel));
+    if (Capture* capture = stream->capture.get()) {
+      std::lock_guard<std::mutex> capture_lock(capture->mutex);
+      if (capture->ended) {  // a joined stream's launch racing the end: not recorded
+        capture->invalidated = true;
+        return orErrorStreamCaptureInvalidated;
+      }
+      capture->kernels.push_back(std::move(kernel));
+      if (stream != capture->origin) capture->members[stream].issued = capture->kernels.size();
       return orSuccess;
     }
   }
@@ -305,26 +336,61 @@ orError orStreamBeginCapture(orStream stream) {
   if (!stream) return orErrorInvalidValue;
   std::lock_guard<std::mutex> lock(stream->mutex);
   if (stream->capture) return orErrorStreamCaptureUnsupported;  // already capturing
-  stream->capture = std::make_shared<std::vector<std::function<void()>>>();
-  stream->capture_invalidated = false;
+  stream->capture = std::make_shared<Capture>(stream);
   stream->capturing = true;
   return orSuccess;
 }
 
+namespace {
+// Takes `stream` out of its capture (under its mutex, as launches read it).
+void leaveCapture(orStream stream, const Capture* capture) {
+  std::lock_guard<std::mutex> lock(stream->mutex);
+  if (stream->capture.get() != capture) return;
+  stream->capture.reset();
+  stream->capturing = false;
+}
+}  // namespace
+
 orError orStreamEndCapture(orStream stream, orGraph* graph) {
   OR_RETURN_IF_FORKED();
   if (!stream || !graph) return orErrorInvalidValue;
-  std::lock_guard<std::mutex> lock(stream->mutex);
-  if (!stream->capture) return orErrorInvalidValue;  // not capturing
-  auto kernels = std::move(stream->capture);  // leaves `capture` null
-  stream->capturing = false;
+  std::shared_ptr<Capture> capture;
+  {
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    capture = stream->capture;
+  }
+  if (!capture) return orErrorInvalidValue;  // not capturing
+  if (capture->origin != stream) {  // only the stream that began it ends it
+    capture->invalidated = true;
+    return orErrorStreamCaptureUnmatched;
+  }
+  std::vector<orStream> members;
+  bool unjoined = false;
+  {
+    std::lock_guard<std::mutex> lock(capture->mutex);
+    capture->ended = true;
+    for (const auto& [member, state] : capture->members) {
+      members.push_back(member);
+      if (!state.ever_joined || state.joined < state.issued) unjoined = true;
+    }
+  }
+  for (orStream member : members) leaveCapture(member, capture.get());
+  leaveCapture(stream, capture.get());
   // Destroyed unrun: a refused call's kernel may refer to its caller's frame.
-  if (stream->capture_invalidated.exchange(false)) return orErrorStreamCaptureInvalidated;
-  *graph = new orGraph_st{stream->device, std::move(kernels)};
+  if (capture->invalidated) return orErrorStreamCaptureInvalidated;
+  if (unjoined) return orErrorStreamCaptureUnjoined;
+  *graph = new orGraph_st{stream->device, std::make_shared<const std::vector<std::function<void()>>>(
+                                              std::move(capture->kernels))};
   return orSuccess;
 }
 
 bool orStreamIsCapturing(orStream stream) { return stream && stream->capturing.load(); }
+
+orStream orStreamCaptureOrigin(orStream stream) {
+  if (!stream || !stream->capturing.load()) return nullptr;
+  std::lock_guard<std::mutex> lock(stream->mutex);
+  return stream->capture ? stream->capture->origin : nullptr;
+}
 
 orError orGraphLaunch(orGraph graph, orStream stream) {
   if (!graph || !stream) return orErrorInvalidValue;
@@ -351,6 +417,10 @@ namespace {
 struct Record {
   orStream stream = nullptr;
   uint64_t seq = 0;  // complete when stream->completed >= seq
+  // Recorded while `stream` captured: a point in that capture (its kernel
+  // count then), not in the stream's queue; only waits of streams can use it.
+  std::shared_ptr<Capture> capture;
+  size_t position = 0;
   orSanitizerPoint clock;  // the race checker's view of the stream at the record
   std::atomic<int64_t> time_ns{0};
 };
@@ -382,7 +452,22 @@ orError orEventDestroy(orEvent event) {
 orError orEventRecord(orEvent event, orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!event || !stream) return orErrorInvalidValue;
-  if (stream->capturing.load()) return stream->refuseWhileCapturing();
+  if (stream->capturing.load()) {
+    auto record = std::make_shared<Record>();
+    record->stream = stream;
+    {
+      std::lock_guard<std::mutex> lock(stream->mutex);
+      record->capture = stream->capture;
+    }
+    if (!record->capture) return orErrorStreamCaptureInvalidated;  // ended meanwhile
+    {
+      std::lock_guard<std::mutex> lock(record->capture->mutex);
+      record->position = record->capture->kernels.size();
+    }
+    std::lock_guard<std::mutex> lock(event->mutex);
+    event->record = std::move(record);
+    return orSuccess;
+  }
   auto record = std::make_shared<Record>();
   record->stream = stream;
   record->clock = detail::sanitizerSnapshot(stream);
@@ -408,11 +493,45 @@ orError orEventRecord(orEvent event, orStream stream) {
   return orSuccess;
 }
 
+namespace {
+// A wait for an event recorded in a capture: `stream` forks into the capture
+// (its kernels are recorded there from now on), or, being the origin, joins
+// the stream that recorded it up to that point. Recorded kernels replay in
+// issue order, so the wait itself records nothing.
+orError waitInCapture(orStream stream, const Record& record) {
+  Capture& capture = *record.capture;
+  std::lock_guard<std::mutex> lock(stream->mutex);
+  if (stream->capture && stream->capture.get() != &capture) {  // another capture's
+    capture.invalidated = true;
+    stream->capture->invalidated = true;
+    return orErrorStreamCaptureMerge;
+  }
+  std::lock_guard<std::mutex> capture_lock(capture.mutex);
+  if (capture.ended) return orErrorStreamCaptureInvalidated;
+  if (stream->device != capture.origin->device) {  // graphs are one device's
+    capture.invalidated = true;
+    return orErrorInvalidDevice;
+  }
+  if (!stream->capture) {  // the fork
+    stream->capture = record.capture;
+    stream->capturing = true;
+    capture.members[stream].issued = capture.kernels.size();
+  }
+  if (stream == capture.origin && record.stream != capture.origin) {
+    auto& member = capture.members[record.stream];
+    member.joined = std::max(member.joined, record.position);
+    member.ever_joined = true;
+  }
+  return orSuccess;
+}
+}  // namespace
+
 orError orStreamWaitEvent(orStream stream, orEvent event) {
   OR_RETURN_IF_FORKED();
   if (!event || !stream) return orErrorInvalidValue;
   auto record = event->current();
   if (!record || record->stream == stream) return orSuccess;  // in-order already
+  if (record->capture) return waitInCapture(stream, *record);
   if (stream->capturing.load()) return stream->refuseWhileCapturing();
   orSanitizerStreamJoin(stream, record->clock);
   // A failure of the awaited stream fails this one too, with the same error:
@@ -436,6 +555,10 @@ orError queryEvent(orEvent event, std::shared_ptr<Record>* seen) {
   *seen = event->current();
   const Record* record = seen->get();
   if (!record) return orSuccess;
+  if (record->capture) {  // a point of a capture: nothing the host can wait for
+    record->capture->invalidated = true;
+    return orErrorStreamCaptureUnsupported;
+  }
   if (record->stream->completed.load(std::memory_order_acquire) < record->seq)
     return orErrorNotReady;
   return record->stream->failed.load() ? orErrorLaunchFailure : orSuccess;
@@ -473,6 +596,10 @@ orError orEventSynchronize(orEvent event) {
   if (!event) return orErrorInvalidValue;
   auto record = event->current();
   if (!record) return orSuccess;
+  if (record->capture) {  // as queryEvent
+    record->capture->invalidated = true;
+    return orErrorStreamCaptureUnsupported;
+  }
   record->stream->waitFor(record->seq);
   orSanitizerHostJoin(record->clock);
   // Sticky, as cudaEventSynchronize reports an earlier kernel's failure.
@@ -484,7 +611,7 @@ orError orEventElapsedTime(float* ms, orEvent start, orEvent end) {
   if (!ms || !start || !end || !start->timing || !end->timing) return orErrorInvalidValue;
   auto a = start->current();
   auto b = end->current();
-  if (!a || !b) return orErrorInvalidValue;
+  if (!a || !b || a->capture || b->capture) return orErrorInvalidValue;
   if (a->stream->device != b->stream->device) return orErrorInvalidDevice;
   for (orEvent e : {start, end})
     if (orError status = orEventQuery(e); status != orSuccess) return status;  // no time mark
