@@ -376,11 +376,17 @@ orError orStreamEndCapture(orStream stream, orGraph* graph) {
   }
   for (orStream member : members) leaveCapture(member, capture.get());
   leaveCapture(stream, capture.get());
+  // Taken out now: an event recorded in the capture may keep it alive.
+  std::vector<std::function<void()>> kernels;
+  {
+    std::lock_guard<std::mutex> lock(capture->mutex);
+    kernels.swap(capture->kernels);
+  }
   // Destroyed unrun: a refused call's kernel may refer to its caller's frame.
   if (capture->invalidated) return orErrorStreamCaptureInvalidated;
   if (unjoined) return orErrorStreamCaptureUnjoined;
-  *graph = new orGraph_st{stream->device, std::make_shared<const std::vector<std::function<void()>>>(
-                                              std::move(capture->kernels))};
+  *graph = new orGraph_st{
+      stream->device, std::make_shared<const std::vector<std::function<void()>>>(std::move(kernels))};
   return orSuccess;
 }
 
