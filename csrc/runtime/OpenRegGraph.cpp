@@ -16,11 +16,14 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 
+#include "LaunchingOp.h"
 #include "OpenRegCachingAllocator.h"
 #include "OpenRegException.h"
 #include "OpenRegFunctions.h"
 #include "OpenRegGraph.h"
+#include "OpenRegKinetoPlugin.h"
 #include "OpenRegStream.h"
 
 namespace openreg {
@@ -119,7 +122,12 @@ class OpenRegGraph final : public at::GraphImplInterface {
   void replay() override {
     TORCH_CHECK(graph_, "Called Graph::replay without a preceding successful capture.");
     c10::Stream stream = getCurrentStream(device_);
-    orError error = orGraphLaunch(graph_, rawStream(stream));
+    // One kernel, which torch.profiler shows as "kernel Graph::replay".
+    NamedLaunch name("Graph::replay");
+    std::function<void()> kernel = orGraphKernel(graph_);
+    std::optional<TracedLaunch> traced;
+    if (tracingKernels()) traced.emplace(stream, kernel);
+    orError error = orLaunchKernel(rawStream(stream), std::move(kernel));
     if (error != orSuccess)
       checkKernelError(error, c10::str(stream), orStreamLastException(rawStream(stream)));
   }

@@ -138,3 +138,27 @@ def test_profile_waits_for_kernels_of_other_devices_and_records_host_run_work(py
     assert lines[0] == "5", r.stdout
     assert lines[1] == str(["Memcpy aten::_copy_from", "Memcpy aten::_local_scalar_dense",
                             "kernel aten::nonzero", "kernel aten::sum"]), r.stdout
+
+
+def test_graph_replays_are_device_work(python):
+    # A replay is one kernel: the profile shows it (with its device time), not
+    # the captured kernels one by one, as CUDA's shows a graph launch.
+    r = python("""
+        import torch
+        from torch.profiler import profile, ProfilerActivity
+        x = torch.ones(1000, device="openreg")
+        s = torch.openreg.Stream()
+        s.wait_stream(torch.openreg.current_stream())
+        g = torch.accelerator.Graph()
+        with torch.openreg.stream(s), g:
+            y = (x * 2).sin()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as p:
+            g.replay()
+            g.replay()
+            torch.openreg.synchronize()
+        kernels = {e.key: e.count for e in p.key_averages() if e.key.startswith("kernel ")}
+        print(kernels)
+        print(all(e.device_time_total > 0 for e in p.key_averages() if e.key == "kernel Graph::replay"))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["{'kernel Graph::replay': 2}", "True"], r.stdout

@@ -159,6 +159,9 @@ bool orStreamIsCapturing(orStream stream);
 // forked from); null when it is not capturing.
 orStream orStreamCaptureOrigin(orStream stream);
 orError orGraphLaunch(orGraph graph, orStream stream);
+// What orGraphLaunch queues (one kernel running the graph's), for a caller
+// that launches it itself (on a stream of the graph's device).
+std::function<void()> orGraphKernel(orGraph graph);
 size_t orGraphKernelCount(orGraph graph);
 orError orGraphDestroy(orGraph graph);  // a queued launch keeps what it runs
 

@@ -398,14 +398,18 @@ orStream orStreamCaptureOrigin(orStream stream) {
   return stream->capture ? stream->capture->origin : nullptr;
 }
 
+std::function<void()> orGraphKernel(orGraph graph) {
+  // Kernels stay callable after running (Launch.h's closures hold views and
+  // values, not one-shot state), so a replay calls the captured ones again.
+  return [kernels = graph->kernels] {
+    for (const auto& kernel : *kernels) kernel();
+  };
+}
+
 orError orGraphLaunch(orGraph graph, orStream stream) {
   if (!graph || !stream) return orErrorInvalidValue;
   if (graph->device != stream->device) return orErrorInvalidDevice;
-  // Kernels stay callable after running (Launch.h's closures hold views and
-  // values, not one-shot state), so a replay calls the captured ones again.
-  return orLaunchKernel(stream, [kernels = graph->kernels] {
-    for (const auto& kernel : *kernels) kernel();
-  });
+  return orLaunchKernel(stream, orGraphKernel(graph));
 }
 
 size_t orGraphKernelCount(orGraph graph) { return graph ? graph->kernels->size() : 0; }
