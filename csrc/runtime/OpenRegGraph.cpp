@@ -127,7 +127,8 @@ class OpenRegGraph final : public at::GraphImplInterface {
     std::function<void()> kernel = orGraphKernel(graph_);
     std::optional<TracedLaunch> traced;
     if (tracingKernels()) traced.emplace(stream, kernel);
-    orError error = orLaunchKernel(rawStream(stream), std::move(kernel));
+    orError error = orLaunchKernel(rawStream(stream), std::move(kernel), orGraphAccesses(graph_));
+    TORCH_CHECK(error != orErrorDataRace, orSanitizerLastReport());
     if (error != orSuccess)
       checkKernelError(error, c10::str(stream), orStreamLastException(rawStream(stream)));
   }

@@ -283,3 +283,27 @@ def test_interleaved_views_on_two_streams_do_not_race(sanitizer, views):
     torch.openreg.synchronize()
     assert a.sum().item() == 100 and b.sum().item() == 200
 
+
+
+def test_graph_replays_are_checked_as_the_kernels_they_replay(sanitizer):
+    # A replay touches what its captured kernels touched: reading its output
+    # on another stream without waiting for the replay is a race, as it would
+    # be for the kernels themselves.
+    x = torch.ones(1000, device=DEV)
+    s, _ = on_side_stream(lambda: None)
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(s), g:
+        y = x * 2
+    x.fill_(3.0)  # after the capture, which synchronised the device
+    replayer = side_stream()
+    with torch.openreg.stream(replayer):
+        with pytest.raises(RuntimeError, match="data race") as info:
+            g.replay()  # reads x, which the default stream writes
+        assert "aten::fill_) on stream 0" in str(info.value)
+        replayer.wait_stream(torch.openreg.default_stream(DEV))
+        g.replay()
+    with pytest.raises(RuntimeError, match="data race") as info:
+        y.sum()  # the default stream has not waited for the replay
+    assert f"a kernel (aten::mul) on stream {replayer.stream_id}" in str(info.value)
+    torch.openreg.current_stream().wait_stream(replayer)
+    assert y.sum().item() == 6000

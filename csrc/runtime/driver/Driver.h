@@ -148,8 +148,8 @@ std::string orErrorMessage(std::exception_ptr error);  // "" for null
 // on a capturing stream for an event recorded outside the capture, or
 // synchronising its device returns orErrorStreamCaptureUnsupported and
 // invalidates the capture: it goes on recording, and its end returns
-// orErrorStreamCaptureInvalidated with no graph. The race checker does not
-// check captured kernels or replays.
+// orErrorStreamCaptureInvalidated with no graph. The race checker checks a
+// replay as one kernel touching what the captured kernels touched.
 struct orGraph_st;
 using orGraph = orGraph_st*;
 orError orStreamBeginCapture(orStream stream);
@@ -160,8 +160,10 @@ bool orStreamIsCapturing(orStream stream);
 orStream orStreamCaptureOrigin(orStream stream);
 orError orGraphLaunch(orGraph graph, orStream stream);
 // What orGraphLaunch queues (one kernel running the graph's), for a caller
-// that launches it itself (on a stream of the graph's device).
+// that launches it itself (on a stream of the graph's device), and the memory
+// its kernels touch for the race checker (none while the checker is off).
 std::function<void()> orGraphKernel(orGraph graph);
+std::vector<orAccess> orGraphAccesses(orGraph graph);
 size_t orGraphKernelCount(orGraph graph);
 orError orGraphDestroy(orGraph graph);  // a queued launch keeps what it runs
 

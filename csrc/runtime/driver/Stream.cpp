@@ -41,6 +41,7 @@ struct Capture {
   const orStream origin;
   std::mutex mutex;
   std::vector<std::function<void()>> kernels;  // GUARDED_BY mutex
+  std::vector<orAccess> accesses;  // GUARDED_BY mutex; what the kernels touch, for the race checker
   struct Member {
     size_t issued = 0;  // kernels.size() after its last launch (or its fork)
     size_t joined = 0;  // the latest position of it the origin waited for
@@ -238,6 +239,7 @@ orError orLaunchKernel(orStream stream, std::function<void()> kernel,
         return orErrorStreamCaptureInvalidated;
       }
       capture->kernels.push_back(std::move(kernel));
+      capture->accesses.insert(capture->accesses.end(), accesses.begin(), accesses.end());
       if (stream != capture->origin) capture->members[stream].issued = capture->kernels.size();
       return orSuccess;
     }
@@ -329,6 +331,7 @@ std::exception_ptr orStreamLastException(orStream stream) {
 struct orGraph_st {
   int device = 0;
   std::shared_ptr<const std::vector<std::function<void()>>> kernels;
+  std::vector<orAccess> accesses;  // checked at each replay, as one kernel's
 };
 
 orError orStreamBeginCapture(orStream stream) {
@@ -378,15 +381,18 @@ orError orStreamEndCapture(orStream stream, orGraph* graph) {
   leaveCapture(stream, capture.get());
   // Taken out now: an event recorded in the capture may keep it alive.
   std::vector<std::function<void()>> kernels;
+  std::vector<orAccess> accesses;
   {
     std::lock_guard<std::mutex> lock(capture->mutex);
     kernels.swap(capture->kernels);
+    accesses.swap(capture->accesses);
   }
   // Destroyed unrun: a refused call's kernel may refer to its caller's frame.
   if (capture->invalidated) return orErrorStreamCaptureInvalidated;
   if (unjoined) return orErrorStreamCaptureUnjoined;
   *graph = new orGraph_st{
-      stream->device, std::make_shared<const std::vector<std::function<void()>>>(std::move(kernels))};
+      stream->device, std::make_shared<const std::vector<std::function<void()>>>(std::move(kernels)),
+      std::move(accesses)};
   return orSuccess;
 }
 
@@ -409,7 +415,11 @@ std::function<void()> orGraphKernel(orGraph graph) {
 orError orGraphLaunch(orGraph graph, orStream stream) {
   if (!graph || !stream) return orErrorInvalidValue;
   if (graph->device != stream->device) return orErrorInvalidDevice;
-  return orLaunchKernel(stream, orGraphKernel(graph));
+  return orLaunchKernel(stream, orGraphKernel(graph), orGraphAccesses(graph));
+}
+
+std::vector<orAccess> orGraphAccesses(orGraph graph) {
+  return orSanitizerEnabled() ? graph->accesses : std::vector<orAccess>{};
 }
 
 size_t orGraphKernelCount(orGraph graph) { return graph ? graph->kernels->size() : 0; }
