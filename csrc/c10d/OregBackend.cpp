@@ -334,7 +334,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   }
   op.body = std::move(body);
   op.post = std::move(post);
-  if (!op.post) op.origin = collectiveOrigin(device, name, desc);  // inside the issuing c10d op
+  op.origin = collectiveOrigin(device, name, desc);  // inside the issuing c10d op
   if (device >= 0) {
     // The body holds aliases (forWorker); the caller's tensors stay alive
     // until wait() queued its stream hold or the operation finished.
@@ -592,6 +592,13 @@ void OregBackend::runOp(Op& op) {
     }
     if (op.post) {
       op.kept = op.work->lock();  // p2p works are never weakened
+      // A send or receive is device work from its post to its completion
+      // (which may come inside the post), recorded before the work completes.
+      if (op.origin.traced)
+        op.kept->beforeCompleting([origin = std::move(op.origin), start = c10::getTime()]() mutable {
+          recordRun(origin.device, kCollectiveRow, origin.correlation, origin.op,
+                    std::move(origin.name), start);
+        });
       RequestPtr req = op.post(c, op.kept);
       inflight_.push_back({req, op.kept, c.deadline, op.what});
       hasInflight_.store(true, std::memory_order_release);

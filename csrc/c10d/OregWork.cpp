@@ -10,6 +10,7 @@
 #include <c10/core/StreamGuard.h>
 
 #include <thread>
+#include <utility>
 
 namespace openreg::ccl {
 
@@ -155,6 +156,7 @@ void OregWork::complete(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> g(mutex_);
     if (completed_) return;
+    if (beforeCompleting_ && !error) std::exchange(beforeCompleting_, nullptr)();
     completed_ = true;
     exception_ = error;
     callbacks.swap(callbacks_);

@@ -95,6 +95,9 @@ class OregWork : public c10d::Work {
   const std::shared_ptr<Completion>& completion() const { return completion_; }
   // Runs `fn(error)` once this work completes (at once if it already has).
   void whenDone(std::function<void(std::exception_ptr)> fn);
+  // Runs `fn` on success before anyone can see the work complete (set before
+  // the worker starts it; the profiler's record of a send or receive).
+  void beforeCompleting(std::function<void()> fn) { beforeCompleting_ = std::move(fn); }
   // Blocks the calling thread until completion; never throws.
   void waitDone();
 
@@ -127,6 +130,7 @@ class OregWork : public c10d::Work {
 
   std::shared_ptr<Completion> completion_ = std::make_shared<Completion>();
   std::vector<at::Tensor> outputs_;
+  std::function<void()> beforeCompleting_;
   std::vector<std::shared_ptr<Stash>> stashes_;  // its own, or a coalesced group's parts'
   std::weak_ptr<WorkerRef> workerRef_;  // set when releasable
   std::shared_ptr<StreamOrder> streamOrder_;  // set by extendsStreamOrder

@@ -585,19 +585,27 @@ def collectives_in_the_profile(rank, n):
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as p:
         for _ in range(3):
             dist.all_reduce(x)
+        # Sends and receives too, from their post to their completion.
+        p2p = dist.send if rank == 0 else dist.recv
+        p2p(x, 1 - rank)
         torch.openreg.synchronize()
     path = os.path.join(tempfile.mkdtemp(), "trace.json")
     p.export_chrome_trace(path)
     events = json.load(open(path))["traceEvents"]
     ops = {e["args"]["External id"]: e["name"] for e in events if e.get("cat") == "cpu_op"}
-    runs = [e for e in events if e.get("cat") == "kernel" and e["name"].startswith("oreg_ccl all")]
-    assert len(runs) == 3, [e["name"] for e in events if e.get("cat") == "kernel"]
-    # The stream's marker and wait for each are no device work, as CUDA's events: the
-    # collectives are the only kernels here.
-    assert all(e["name"].startswith("oreg_ccl all") for e in events if e.get("cat") == "kernel")
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    runs = [e for e in kernels if e["name"].startswith("oreg_ccl all")]
+    assert len(runs) == 3, [e["name"] for e in kernels]
     for e in runs:
         assert e["name"] == "oreg_ccl allreduce 65536 x Float SUM" and e["pid"] == rank, e
         assert ops[e["args"]["External id"]] == "c10d::allreduce_", e
+    p2p_runs = [e for e in kernels if e not in runs]
+    # The stream's marker and wait for each are no device work, as CUDA's events: the
+    # collectives and the send or receive are the only kernels here.
+    assert len(p2p_runs) == 1, [e["name"] for e in kernels]
+    kind = "send" if rank == 0 else "recv"
+    assert p2p_runs[0]["name"].startswith(f"oreg_ccl {kind}"), p2p_runs[0]
+    assert ops[p2p_runs[0]["args"]["External id"]].startswith(f"c10d::{kind}"), p2p_runs[0]
     assert torch.equal(x.cpu(), torch.full((1 << 16,), float(n) ** 4))
 
 
