@@ -31,12 +31,12 @@ class graph:
     synchronising and emptying the caches, and returns to the caller's stream.
 
     ``pool`` shares memory with other graphs (``graph_pool_handle()`` or another
-    graph's ``pool()``); ``capture_error_mode`` is accepted as CUDA's and has no
-    effect here."""
+    graph's ``pool()``; unset, the graph's own setting stays); ``capture_error_mode``
+    is accepted as CUDA's and has no effect here."""
 
     _capture_streams: dict = {}
 
-    def __init__(self, openreg_graph, pool=None, stream=None, capture_error_mode="global"):
+    def __init__(self, openreg_graph, pool=None, stream=None, capture_error_mode=None):
         _lazy_init()
         device = torch.openreg.current_device()
         if stream is None:
@@ -46,8 +46,10 @@ class graph:
         self.capture_stream = stream
         self.stream_context = torch.openreg.stream(stream)
         self.openreg_graph = openreg_graph
-        openreg_graph.graph_pool = pool
-        openreg_graph.capture_error_mode = capture_error_mode
+        if pool is not None:
+            openreg_graph.graph_pool = pool
+        if capture_error_mode is not None:
+            openreg_graph.capture_error_mode = capture_error_mode
 
     def __enter__(self):
         torch.openreg.synchronize()
@@ -81,7 +83,8 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters=3, allow_unu
     order and its backwards in reverse. Calls must pass tensors of the sample's shapes
     and dtypes, in the same order; a module runs its graphs only in the training mode
     it was captured in, and its ordinary forward otherwise."""
-    if torch.is_autocast_enabled() and torch.is_autocast_cache_enabled():
+    # The cache would keep warm-up's casts of the weights in the graphs.
+    if torch.is_autocast_enabled("openreg") and torch.is_autocast_cache_enabled():
         raise RuntimeError("make_graphed_callables does not support the autocast caching. "
                            "Please set `cache_enabled=False`.")
     single = not isinstance(callables, tuple)
@@ -122,6 +125,7 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters=3, allow_unu
     # Warm-up on a side stream, as CUDA's: lazy initialisations (cuBLAS-style
     # workspaces, autograd's accumulators) happen outside the capture.
     torch.openreg.synchronize()
+    outputs = grads = None  # num_warmup_iters may be 0
     with torch.openreg.stream(torch.openreg.Stream()):
         for fn, (flat, params), args in zip(callables, surfaces, sample_args):
             for _ in range(num_warmup_iters):

@@ -37,7 +37,8 @@ def _native_stacks(pids: list[int]) -> str:
         if shutil.which("gdb"):
             r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
                                capture_output=True, text=True, timeout=120)
-            out.append("\n".join(line for line in r.stdout.splitlines() if line.startswith(("#", "Thread"))))
+            frames = [line for line in r.stdout.splitlines() if line.startswith(("#", "Thread"))]
+            out.append("\n".join(frames) if frames else f"(gdb found no frames: {r.stderr.strip()})")
             continue
         for task in sorted(os.listdir(f"/proc/{pid}/task")):
             try:
@@ -54,10 +55,14 @@ def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subp
     full_env = dict(os.environ)
     full_env.update(env or {})
     args = [sys.executable, "-c", textwrap.dedent(code)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env)
+    # A session of its own: its whole group is stopped (nothing forks while
+    # the stacks are read) and then killed, so no descendant keeps the pipes open.
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=full_env, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGSTOP)
         tree = _process_tree(proc.pid)
         try:
             stacks = _native_stacks(tree)
@@ -68,7 +73,11 @@ def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subp
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        stdout, stderr = proc.communicate()
+        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            stdout, stderr = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = "(pipes held open)", ""
         pytest.fail(f"subprocess ran past {timeout} s; stdout:\n{stdout}\nstderr:\n{stderr}\n"
                     f"native stacks:\n{stacks}", pytrace=False)
     return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
