@@ -126,7 +126,8 @@ class OpenRegGraph final : public at::GraphImplInterface {
     NamedLaunch name("Graph::replay");
     std::function<void()> kernel = orGraphKernel(graph_);
     std::optional<TracedLaunch> traced;
-    if (tracingKernels()) traced.emplace(stream, kernel);
+    // A replay inside another capture is recorded there, not run: nothing to trace.
+    if (tracingKernels() && !orStreamIsCapturing(rawStream(stream))) traced.emplace(stream, kernel);
     orError error = orLaunchKernel(rawStream(stream), std::move(kernel), orGraphAccesses(graph_));
     TORCH_CHECK(error != orErrorDataRace, orSanitizerLastReport());
     if (error != orSuccess)

@@ -104,6 +104,16 @@ struct OpenRegHostAllocator final
   void empty_cache() override {
     if (!orIsForkedChild()) CachingHostAllocatorInterface::empty_cache();
   }
+  // A child's statistics are empty, as its device ones are.
+  at::HostStats get_stats() override {
+    return orIsForkedChild() ? at::HostStats{} : CachingHostAllocatorInterface::get_stats();
+  }
+  void reset_accumulated_stats() override {
+    if (!orIsForkedChild()) CachingHostAllocatorInterface::reset_accumulated_stats();
+  }
+  void reset_peak_stats() override {
+    if (!orIsForkedChild()) CachingHostAllocatorInterface::reset_peak_stats();
+  }
 };
 
 OpenRegHostAllocator g_host_allocator;

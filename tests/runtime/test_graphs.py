@@ -233,6 +233,12 @@ def test_torch_cuda_style_graph_context_manager():
     g.replay()
     shared.replay()
     torch.testing.assert_close(z.cpu(), torch.full((100,), 7.0))
+    # A pool given to the graph itself stays when the context manager names none.
+    handle = torch.openreg.graph_pool_handle()
+    own = torch.openreg.Graph(pool=handle)
+    with torch.openreg.graph(own):
+        y * 2
+    assert own.pool() == handle
 
 
 def test_make_graphed_callables_matches_eager_training():
@@ -282,9 +288,16 @@ def test_make_graphed_callables_refuses_what_cuda_refuses():
         torch.openreg.make_graphed_callables(m, (torch.randn(2, 4, device=DEV),))
     with pytest.raises(TypeError, match="only Tensors"):
         torch.openreg.make_graphed_callables(lambda a, b: a * b, (torch.randn(2, device=DEV), 3))
-    f = torch.openreg.make_graphed_callables(lambda a: a * 2, (torch.randn(2, 4, device=DEV),))
+    f = torch.openreg.make_graphed_callables(lambda a: a * 2, (torch.randn(2, 4, device=DEV),),
+                                             num_warmup_iters=0)
     with pytest.raises(RuntimeError, match="shape"):
         f(torch.randn(3, 4, device=DEV))
+    torch.testing.assert_close(f(torch.ones(2, 4, device=DEV)).cpu(), torch.full((2, 4), 2.0))
+    # Autocast's cache would keep the warm-up's casts of the weights in the graph.
+    with torch.autocast("openreg", dtype=torch.bfloat16):
+        with pytest.raises(RuntimeError, match="autocast caching"):
+            torch.openreg.make_graphed_callables(torch.nn.Linear(4, 4).to(DEV),
+                                                 (torch.randn(2, 4, device=DEV),))
 
 
 def test_out_of_memory_during_a_capture_is_an_oom_and_keeps_the_capture(python):
@@ -374,3 +387,55 @@ def test_a_capture_event_cannot_be_waited_for_by_the_host():
             event.synchronize()
         with pytest.raises(torch.AcceleratorError, match="previous error during capture"):
             g.capture_end()
+
+
+def test_a_fork_joined_through_another_stream_is_joined():
+    # O forks A, A forks B; B's work reaches O through A (autograd's backward
+    # over a chain of streams joins this way).
+    x = torch.ones(100, device=DEV)
+    s = side_stream()
+    a_stream, b_stream = torch.openreg.Stream(DEV), torch.openreg.Stream(DEV)
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(s):
+        g.capture_begin()
+        a_stream.wait_stream(s)
+        with torch.openreg.stream(a_stream):
+            a = x + 1
+            b_stream.wait_stream(a_stream)
+            with torch.openreg.stream(b_stream):
+                b = a * 3
+            a_stream.wait_stream(b_stream)
+            c = b - 1
+        s.wait_stream(a_stream)
+        y = c * 2
+        g.capture_end()
+    x.fill_(2.0)
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((100,), 16.0))
+
+
+def test_an_event_of_an_ended_capture_is_complete():
+    s = side_stream()
+    g = torch.accelerator.Graph()
+    event = torch.openreg.Event()
+    with torch.openreg.stream(s):
+        g.capture_begin()
+        torch.ones(10, device=DEV)
+        event.record()
+        g.capture_end()
+    assert event.query()
+    event.synchronize()
+    other = torch.openreg.Stream(DEV)
+    other.wait_event(event)  # nothing to wait for
+    with torch.openreg.stream(other):
+        torch.testing.assert_close((torch.ones(3, device=DEV) * 2).cpu(), torch.full((3,), 2.0))
+    # A new capture may wait for it too, without merging into the old one.
+    g2 = torch.accelerator.Graph()
+    s2 = side_stream()
+    with torch.openreg.stream(s2):
+        g2.capture_begin()
+        s2.wait_event(event)
+        y = torch.ones(4, device=DEV) + 1
+        g2.capture_end()
+    g2.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((4,), 2.0))

@@ -34,20 +34,21 @@ namespace openreg {
 // event dependency among them (a wait can only name a record already made),
 // so a replay runs them in that order on one stream. `origin` began it; other
 // streams take part from their first wait for an event recorded in it (CUDA's
-// fork) until the end, which needs the origin to have waited for each of them
-// after its last kernel (the join).
+// fork) until the end, which needs the origin to have waited, directly or
+// through other streams' events, for each of them after its last kernel (the
+// join).
+// For each member stream, the latest point of it a stream has waited for
+// (kernels.size() when the awaited event was recorded there).
+using Frontier = std::unordered_map<orStream, size_t>;
 struct Capture {
   explicit Capture(orStream begun_by) : origin(begun_by) {}
   const orStream origin;
   std::mutex mutex;
   std::vector<std::function<void()>> kernels;  // GUARDED_BY mutex
   std::vector<orAccess> accesses;  // GUARDED_BY mutex; what the kernels touch, for the race checker
-  struct Member {
-    size_t issued = 0;  // kernels.size() after its last launch (or its fork)
-    size_t joined = 0;  // the latest position of it the origin waited for
-    bool ever_joined = false;
-  };
-  std::unordered_map<orStream, Member> members;  // GUARDED_BY mutex; not the origin
+  // kernels.size() after each member's last launch (or its fork); not the origin.
+  std::unordered_map<orStream, size_t> issued;  // GUARDED_BY mutex
+  std::unordered_map<orStream, Frontier> joined;  // GUARDED_BY mutex; by waiting stream
   bool ended = false;  // GUARDED_BY mutex
   // A call the capture could not record was refused: the graph is incomplete,
   // so orStreamEndCapture discards it (CUDA's cudaErrorStreamCaptureInvalidated).
@@ -240,7 +241,7 @@ orError orLaunchKernel(orStream stream, std::function<void()> kernel,
       }
       capture->kernels.push_back(std::move(kernel));
       capture->accesses.insert(capture->accesses.end(), accesses.begin(), accesses.end());
-      if (stream != capture->origin) capture->members[stream].issued = capture->kernels.size();
+      if (stream != capture->origin) capture->issued[stream] = capture->kernels.size();
       return orSuccess;
     }
   }
@@ -372,9 +373,11 @@ orError orStreamEndCapture(orStream stream, orGraph* graph) {
   {
     std::lock_guard<std::mutex> lock(capture->mutex);
     capture->ended = true;
-    for (const auto& [member, state] : capture->members) {
+    const Frontier& origin_joined = capture->joined[stream];
+    for (const auto& [member, issued] : capture->issued) {
       members.push_back(member);
-      if (!state.ever_joined || state.joined < state.issued) unjoined = true;
+      auto it = origin_joined.find(member);
+      if (it == origin_joined.end() || it->second < issued) unjoined = true;
     }
   }
   for (orStream member : members) leaveCapture(member, capture.get());
@@ -438,9 +441,11 @@ struct Record {
   orStream stream = nullptr;
   uint64_t seq = 0;  // complete when stream->completed >= seq
   // Recorded while `stream` captured: a point in that capture (its kernel
-  // count then), not in the stream's queue; only waits of streams can use it.
+  // count then, and what `stream` had joined), not in the stream's queue;
+  // only waits of streams can use it.
   std::shared_ptr<Capture> capture;
   size_t position = 0;
+  Frontier joined;
   orSanitizerPoint clock;  // the race checker's view of the stream at the record
   std::atomic<int64_t> time_ns{0};
 };
@@ -483,6 +488,7 @@ orError orEventRecord(orEvent event, orStream stream) {
     {
       std::lock_guard<std::mutex> lock(record->capture->mutex);
       record->position = record->capture->kernels.size();
+      record->joined = record->capture->joined[stream];
     }
     std::lock_guard<std::mutex> lock(event->mutex);
     event->record = std::move(record);
@@ -520,6 +526,11 @@ namespace {
 // issue order, so the wait itself records nothing.
 orError waitInCapture(orStream stream, const Record& record) {
   Capture& capture = *record.capture;
+  {
+    // An event of an ended capture marks no work: nothing to wait for.
+    std::lock_guard<std::mutex> capture_lock(capture.mutex);
+    if (capture.ended) return orSuccess;
+  }
   std::lock_guard<std::mutex> lock(stream->mutex);
   if (stream->capture && stream->capture.get() != &capture) {  // another capture's
     capture.invalidated = true;
@@ -527,7 +538,7 @@ orError waitInCapture(orStream stream, const Record& record) {
     return orErrorStreamCaptureMerge;
   }
   std::lock_guard<std::mutex> capture_lock(capture.mutex);
-  if (capture.ended) return orErrorStreamCaptureInvalidated;
+  if (capture.ended) return orSuccess;  // ended meanwhile
   if (stream->device != capture.origin->device) {  // graphs are one device's
     capture.invalidated = true;
     return orErrorInvalidDevice;
@@ -535,13 +546,17 @@ orError waitInCapture(orStream stream, const Record& record) {
   if (!stream->capture) {  // the fork
     stream->capture = record.capture;
     stream->capturing = true;
-    capture.members[stream].issued = capture.kernels.size();
+    capture.issued[stream] = capture.kernels.size();
   }
-  if (stream == capture.origin && record.stream != capture.origin) {
-    auto& member = capture.members[record.stream];
-    member.joined = std::max(member.joined, record.position);
-    member.ever_joined = true;
-  }
+  // The waiter has now joined what the recorder had, and the recorder itself
+  // up to the record.
+  Frontier& joined = capture.joined[stream];
+  auto join = [&](orStream member, size_t position) {
+    auto [it, fresh] = joined.try_emplace(member, position);
+    if (!fresh) it->second = std::max(it->second, position);
+  };
+  for (const auto& [member, position] : record.joined) join(member, position);
+  if (record.stream != capture.origin) join(record.stream, record.position);
   return orSuccess;
 }
 }  // namespace
@@ -568,6 +583,15 @@ orError orStreamWaitEvent(orStream stream, orEvent event) {
 }
 
 namespace {
+// The host cannot wait for a point of a live capture (it marks no work): that
+// invalidates the capture. One of an ended capture is complete.
+orError hostWaitForCaptureEvent(Capture& capture) {
+  std::lock_guard<std::mutex> lock(capture.mutex);
+  if (capture.ended) return orSuccess;
+  capture.invalidated = true;
+  return orErrorStreamCaptureUnsupported;
+}
+
 // `seen`: the record the answer is about (null if never recorded).
 orError queryEvent(orEvent event, std::shared_ptr<Record>* seen) {
   OR_RETURN_IF_FORKED();
@@ -575,10 +599,7 @@ orError queryEvent(orEvent event, std::shared_ptr<Record>* seen) {
   *seen = event->current();
   const Record* record = seen->get();
   if (!record) return orSuccess;
-  if (record->capture) {  // a point of a capture: nothing the host can wait for
-    record->capture->invalidated = true;
-    return orErrorStreamCaptureUnsupported;
-  }
+  if (record->capture) return hostWaitForCaptureEvent(*record->capture);
   if (record->stream->completed.load(std::memory_order_acquire) < record->seq)
     return orErrorNotReady;
   return record->stream->failed.load() ? orErrorLaunchFailure : orSuccess;
@@ -616,10 +637,7 @@ orError orEventSynchronize(orEvent event) {
   if (!event) return orErrorInvalidValue;
   auto record = event->current();
   if (!record) return orSuccess;
-  if (record->capture) {  // as queryEvent
-    record->capture->invalidated = true;
-    return orErrorStreamCaptureUnsupported;
-  }
+  if (record->capture) return hostWaitForCaptureEvent(*record->capture);
   record->stream->waitFor(record->seq);
   orSanitizerHostJoin(record->clock);
   // Sticky, as cudaEventSynchronize reports an earlier kernel's failure.
