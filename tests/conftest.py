@@ -7,25 +7,7 @@ import textwrap
 
 import pytest
 
-
-def _process_tree(pid: int) -> list[int]:
-    """`pid` and every process below it (through /proc's children lists)."""
-    tree, todo = [pid], [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{task}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except OSError:
-                continue
-            tree += kids
-            todo += kids
-    return tree
+from _processes import descendants
 
 
 def _native_stacks(pids: list[int]) -> str:
@@ -63,7 +45,7 @@ def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subp
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGSTOP)
-        tree = _process_tree(proc.pid)
+        tree = [proc.pid] + descendants(proc.pid)
         try:
             stacks = _native_stacks(tree)
         except (OSError, subprocess.SubprocessError) as e:

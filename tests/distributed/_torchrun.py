@@ -11,6 +11,10 @@ import time
 
 from openreg.launcher import free_port  # noqa: F401  (re-exported for the tests)
 
+# tests/, for _processes (also when a worker runs a test file as its script).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _processes import descendants  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -43,26 +47,6 @@ def worker_env(**extra):
 
 def torchrun_cmd(*args):
     return [sys.executable, "-m", "torch.distributed.run", *map(str, args)]
-
-
-def descendants(pid):
-    """pid's descendants (children first found, recursively), via /proc."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except OSError:
-            continue
-        for t in tasks:
-            try:
-                with open(f"/proc/{p}/task/{t}/children") as f:
-                    kids = [int(c) for c in f.read().split()]
-            except OSError:
-                continue
-            out += kids
-            todo += kids
-    return out
 
 
 def kill_tree(proc):
