@@ -275,7 +275,7 @@ def test_forked_child_does_not_hang_on_locks_parent_threads_held(python, action)
             pid = os.fork()
             if pid == 0:
 %s
-            for _ in range(500):  # 5 s
+            for _ in range(2000):  # 20 s: a loaded 2-core runner forks slowly
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
                     outcomes.append(os.waitstatus_to_exitcode(status))
