@@ -234,13 +234,11 @@ class DeviceCache {
       it->second = static_cast<c10::StreamId>((uint64_t{1} << 62) | ++poolKeysMade_);
       pools_.emplace(it->second, stream);
     }
-    captures_[stream] = it->second;
-    captureOrigins_[rawStreamOf(stream)] = stream;
+    captures_[rawStreamOf(stream)] = it->second;
   }
   void endAllocateToPool(c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(mutex_);
-    captures_.erase(stream);
-    captureOrigins_.erase(rawStreamOf(stream));
+    captures_.erase(rawStreamOf(stream));
   }
   // The pool's blocks become ordinary blocks of the stream it captured.
   void releasePool(uint64_t number) {
@@ -489,11 +487,10 @@ class DeviceCache {
   // capture's pool, also for a stream that forked into a capture (through an
   // event), so every kernel a graph replays uses memory the graph owns.
   c10::StreamId captureKey(c10::StreamId stream) {
-    if (auto it = captures_.find(stream); it != captures_.end()) return it->second;
     orStream origin = orStreamCaptureOrigin(rawStreamOf(stream));
     if (!origin) return stream;
-    auto it = captureOrigins_.find(origin);
-    return it == captureOrigins_.end() ? stream : captures_.at(it->second);
+    auto it = captures_.find(origin);
+    return it == captures_.end() ? stream : it->second;
   }
 
   void processPendingFrees() {
@@ -730,8 +727,8 @@ class DeviceCache {
   std::map<std::pair<uint64_t, c10::StreamId>, c10::StreamId> poolKeys_;  // GUARDED_BY mutex_
   uint64_t poolKeysMade_ = 0;                                  // GUARDED_BY mutex_
   // Capturing stream -> its key; live key -> the stream it stands for.
-  std::unordered_map<c10::StreamId, c10::StreamId> captures_;  // GUARDED_BY mutex_
-  std::unordered_map<orStream, c10::StreamId> captureOrigins_;  // GUARDED_BY mutex_; the same streams
+  // A capture's origin stream -> its pool key. GUARDED_BY mutex_
+  std::unordered_map<orStream, c10::StreamId> captures_;
   std::unordered_map<c10::StreamId, c10::StreamId> pools_;     // GUARDED_BY mutex_
 };
 
