@@ -133,6 +133,9 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
     : Backend(rank, size), options_(std::move(options)) {
   TORCH_CHECK_VALUE(size >= 1 && rank >= 0 && rank < size, "oreg_ccl: invalid rank ", rank,
                     " for a group of ", size);
+  // Read the settings before any rendezvous: every rank then raises its own
+  // ValueError for a malformed one, instead of some reporting a peer's failure.
+  config();
   const auto timeout = options_->timeout;
   storePrefix_ = attemptPrefix(store, rank, size, timeout);
   store_ = store;

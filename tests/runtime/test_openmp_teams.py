@@ -8,8 +8,13 @@ _COUNTING = """
         import os, time
 
         def named(name):
-            return sum(open(f"/proc/self/task/{t}/comm").read().strip() == name
-                       for t in os.listdir("/proc/self/task"))
+            count = 0
+            for t in os.listdir("/proc/self/task"):
+                try:
+                    count += open(f"/proc/self/task/{t}/comm").read().strip() == name
+                except FileNotFoundError:  # the thread exited after the listing
+                    pass
+            return count
 
         def eventually(cond, timeout=10.0):
             end = time.monotonic() + timeout
