@@ -297,11 +297,9 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   if (device >= 0) {
     checkDistinctDevice(device);
     stream = getCurrentStream(static_cast<c10::DeviceIndex>(device));
-    // NCCL's kernels can be captured in a CUDA graph; oreg_ccl's worker cannot
-    // replay a collective, so refuse rather than record half of one.
     if (orStreamIsCapturing(rawStream(*stream)))
-      OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name, ": collectives cannot be "
-                     "captured in a graph (torch.accelerator.Graph); run them outside the capture");
+      return capture(type, name, desc, inputs, outputs, call, std::move(body), std::move(post),
+                     blockHost, device, *stream);
   }
 
   // A coalesced group's work makes one device's stream wait (as NCCL, which

@@ -17,7 +17,9 @@
 // stream after completion (see OregWork.h). The marker is skipped when
 // nothing was queued on the stream since the group's previous operation
 // (other than a wait() for it, if a collective): the worker's issue order
-// covers that (StreamOrder.h).
+// covers that (StreamOrder.h). On a capturing stream an operation is recorded
+// for the graph instead, and issued again at each replay
+// (CapturedOperations.cpp).
 //
 // Errors: the first failure (timeout, mismatch, dead peer) is published to
 // the whole group through the transport; that operation and every later one
@@ -221,6 +223,20 @@ class OregBackend final : public c10d::Backend {
                                        Body body,
                                        Post post = nullptr, bool blockHost = false,
                                        int readyDevice = -1);
+  // An operation on a capturing stream (CapturedOperations.cpp): recorded as
+  // a prepared kernel that issues it at each replay of the graph (issueReplay)
+  // and holds the replaying stream until it completes, as a captured NCCL
+  // kernel does. The returned work is complete for the host.
+  c10::intrusive_ptr<OregWork> capture(c10d::OpType type, const std::string& name,
+                                       const std::string& desc,
+                                       const std::vector<at::Tensor>& inputs,
+                                       const std::vector<at::Tensor>& outputs, Call call,
+                                       Body body, Post post, bool blockHost, int device,
+                                       const c10::Stream& stream);
+  std::function<void()> issueReplay(c10d::OpType type, const std::string& name,
+                                    const std::string& desc, std::chrono::milliseconds timeout,
+                                    const Body& body, const Post& post, int device,
+                                    orStream stream);
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
   void workerLoop();
   void runOp(Op& op);

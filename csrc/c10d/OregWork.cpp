@@ -4,6 +4,7 @@
 #include "Releaser.h"
 
 #include "../aten/Launch.h"
+#include "../runtime/OpenRegException.h"
 #include "../runtime/OpenRegKinetoPlugin.h"
 #include "../runtime/OpenRegStream.h"
 
@@ -258,6 +259,10 @@ void OregWork::blockStream() {
   const c10::Stream stream = getCurrentStream(static_cast<c10::DeviceIndex>(device_));
   sanitizerJoinStream(rawStream(stream));
   if (done) {
+    // A captured operation: its replay holds the capturing stream; another
+    // stream forks into the capture here (or fails it, as CUDA would).
+    if (capturedEvent_ && rawStream(stream) != capturedOn_)
+      OPENREG_CHECK(orStreamWaitEvent(rawStream(stream), capturedEvent_.get()));
     // Outside mutex_: dropping a tensor may take the GIL, and a thread holding
     // the GIL may be waiting for mutex_ (is_completed()).
     unstash();

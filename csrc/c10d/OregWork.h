@@ -100,6 +100,16 @@ class OregWork : public c10d::Work {
   void beforeCompleting(std::function<void()> fn) { beforeCompleting_ = std::move(fn); }
   // Blocks the calling thread until completion; never throws.
   void waitDone();
+  // A kernel that holds its stream until this work completes; `raises`: then
+  // raises its error there (a failed collective fails the stream it was
+  // waited on, as a failed NCCL kernel). It holds the completion, never the work.
+  std::function<void()> holdUntilDone(bool raises) const;
+  // Issued into a graph capture on `stream` (complete at once): a wait on
+  // another stream waits for `event`, recorded there after the operation.
+  void setCaptured(orStream stream, std::shared_ptr<orEvent_st> event) {
+    capturedOn_ = stream;
+    capturedEvent_ = std::move(event);
+  }
 
   // A work completing when all `parts` complete (coalescing), first error wins.
   static c10::intrusive_ptr<OregWork> combine(int rank,
@@ -118,10 +128,6 @@ class OregWork : public c10d::Work {
   // Orders the host / a stream after this operation for the race checker.
   void sanitizerJoinHost() const;
   void sanitizerJoinStream(orStream stream) const;
-  // A kernel that holds its stream until this work completes; `raises`: then
-  // raises its error there (a failed collective fails the stream it was
-  // waited on, as a failed NCCL kernel).
-  std::function<void()> holdUntilDone(bool raises) const;
   c10::intrusive_ptr<c10::ivalue::Future> makeDeviceFuture();
   void releaseFromWorker();  // after wait() queued the stream hold
   bool waitHost(std::chrono::milliseconds timeout);
@@ -138,6 +144,8 @@ class OregWork : public c10d::Work {
   // (sends and receives run on lanes of their own, so none covers the others).
   std::vector<orSanitizerPoint> sanitizerPoints_;
   const void* owner_ = nullptr;
+  orStream capturedOn_ = nullptr;               // setCaptured
+  std::shared_ptr<orEvent_st> capturedEvent_;   // setCaptured
   std::atomic<bool> futureRequested_{false};  // getFuture() was called
   const int device_;
   const bool blockHost_;

@@ -122,13 +122,20 @@ class OpenRegGraph final : public at::GraphImplInterface {
   void replay() override {
     TORCH_CHECK(graph_, "Called Graph::replay without a preceding successful capture.");
     c10::Stream stream = getCurrentStream(device_);
+    orStream raw = rawStream(stream);
     // One kernel, which torch.profiler shows as "kernel Graph::replay".
     NamedLaunch name("Graph::replay");
-    std::function<void()> kernel = orGraphKernel(graph_);
-    std::optional<TracedLaunch> traced;
-    // A replay inside another capture is recorded there, not run: nothing to trace.
-    if (tracingKernels() && !orStreamIsCapturing(rawStream(stream))) traced.emplace(stream, kernel);
-    orError error = orLaunchKernel(rawStream(stream), std::move(kernel), orGraphAccesses(graph_));
+    orError error;
+    if (orStreamIsCapturing(raw)) {
+      // Recorded in the other capture, not run (nothing to trace): its
+      // prepared kernels (collectives) are made at each of that graph's launches.
+      error = orLaunchPreparedKernel(raw, orGraphPrepare(graph_), orGraphAccesses(graph_));
+    } else {
+      std::function<void()> kernel = orGraphPrepare(graph_)(raw);
+      std::optional<TracedLaunch> traced;
+      if (tracingKernels()) traced.emplace(stream, kernel);
+      error = orLaunchKernel(raw, std::move(kernel), orGraphAccesses(graph_));
+    }
     TORCH_CHECK(error != orErrorDataRace, orSanitizerLastReport());
     if (error != orSuccess)
       checkKernelError(error, c10::str(stream), orStreamLastException(rawStream(stream)));

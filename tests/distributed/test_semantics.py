@@ -611,24 +611,3 @@ def collectives_in_the_profile(rank, n):
 
 def test_collectives_show_in_the_profile_as_device_work(tmp_path):
     spawn(collectives_in_the_profile, 2, tmp_path)
-
-
-def collective_in_capture(rank, n):
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
-    x = torch.ones(4, device=dev)
-    s = torch.openreg.Stream(dev)
-    s.wait_stream(torch.openreg.current_stream(dev))
-    g = torch.accelerator.Graph()
-    with torch.openreg.stream(s):
-        g.capture_begin()
-        with pytest.raises(dist.DistBackendError, match="collectives cannot be captured in a graph"):
-            dist.all_reduce(x)
-        g.capture_end()
-    dist.all_reduce(x)  # outside a capture, as ever
-    assert x.cpu().tolist() == [n] * 4
-
-
-def test_collectives_are_refused_inside_a_graph_capture(tmp_path):
-    # oreg_ccl's worker cannot replay a collective (NCCL's kernels can be captured).
-    spawn(collective_in_capture, 2, tmp_path)

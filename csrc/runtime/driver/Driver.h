@@ -125,6 +125,15 @@ void orSetStreamIdleHook(void (*hook)());
 // Queue `kernel` on `stream`; returns before it runs.
 orError orLaunchKernel(orStream stream, std::function<void()> kernel,
                        std::vector<orAccess> accesses = {});
+// A kernel the host makes when it is queued, for the stream it is queued on.
+// Outside a capture `prepare` runs at once and its kernel is launched. In a
+// capture it is recorded, and every launch of the graph calls it again, on the
+// launching thread and in capture order, before queueing the replay: what a
+// captured NCCL kernel needs, since a collective must join its process
+// group's queue in the host's order of replays, as its peers' do.
+using orPrepare = std::function<std::function<void()>(orStream)>;
+orError orLaunchPreparedKernel(orStream stream, orPrepare prepare,
+                               std::vector<orAccess> accesses = {});
 orError orStreamQuery(orStream stream);        // orSuccess or orErrorNotReady
 // How many items (kernels, event records and waits) were ever queued on
 // `stream`: a position in it, to tell whether anything was queued since.
@@ -159,10 +168,12 @@ bool orStreamIsCapturing(orStream stream);
 // forked from); null when it is not capturing.
 orStream orStreamCaptureOrigin(orStream stream);
 orError orGraphLaunch(orGraph graph, orStream stream);
-// What orGraphLaunch queues (one kernel running the graph's), for a caller
-// that launches it itself (on a stream of the graph's device), and the memory
-// its kernels touch for the race checker (none while the checker is off).
-std::function<void()> orGraphKernel(orGraph graph);
+// What orGraphLaunch queues on `stream` (one kernel running the graph's, made
+// by calling the graph's prepared kernels: it may throw what they throw), for
+// a caller that launches it itself, as a prepared kernel when it launches
+// into a capture; and the memory its kernels touch for the race checker (none
+// while the checker is off).
+orPrepare orGraphPrepare(orGraph graph);
 std::vector<orAccess> orGraphAccesses(orGraph graph);
 size_t orGraphKernelCount(orGraph graph);
 orError orGraphDestroy(orGraph graph);  // a queued launch keeps what it runs

@@ -21,6 +21,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -45,6 +46,9 @@ struct Capture {
   const orStream origin;
   std::mutex mutex;
   std::vector<std::function<void()>> kernels;  // GUARDED_BY mutex
+  // Kernels made at each launch (orLaunchPreparedKernel), by their index in
+  // `kernels`, which holds a no-op there.
+  std::vector<std::pair<size_t, orPrepare>> prepared;  // GUARDED_BY mutex
   std::vector<orAccess> accesses;  // GUARDED_BY mutex; what the kernels touch, for the race checker
   // kernels.size() after each member's last launch (or its fork); not the origin.
   std::unordered_map<orStream, size_t> issued;  // GUARDED_BY mutex
@@ -226,25 +230,47 @@ namespace detail {
 int streamLane(orStream stream) { return stream->lane; }
 }  // namespace detail
 
+namespace {
+// Records a launch on a capturing stream (`prepare`: made at each replay);
+// nullopt when the stream is not capturing.
+std::optional<orError> recordInCapture(orStream stream, std::function<void()>& kernel,
+                                       orPrepare& prepare, std::vector<orAccess>& accesses) {
+  if (!stream->capturing.load(std::memory_order_relaxed)) return std::nullopt;
+  std::lock_guard<std::mutex> lock(stream->mutex);
+  Capture* capture = stream->capture.get();
+  if (!capture) return std::nullopt;
+  std::lock_guard<std::mutex> capture_lock(capture->mutex);
+  if (capture->ended) {  // a joined stream's launch racing the end: not recorded
+    capture->invalidated = true;
+    return orErrorStreamCaptureInvalidated;
+  }
+  if (prepare) {
+    capture->prepared.emplace_back(capture->kernels.size(), std::move(prepare));
+    kernel = [] {};
+  }
+  capture->kernels.push_back(std::move(kernel));
+  capture->accesses.insert(capture->accesses.end(), accesses.begin(), accesses.end());
+  if (stream != capture->origin) capture->issued[stream] = capture->kernels.size();
+  return orSuccess;
+}
+}  // namespace
+
+orError orLaunchPreparedKernel(orStream stream, orPrepare prepare, std::vector<orAccess> accesses) {
+  OR_RETURN_IF_FORKED();
+  if (!stream || !prepare) return orErrorInvalidValue;
+  if (stream->failed.load(std::memory_order_relaxed)) return orErrorLaunchFailure;
+  std::function<void()> kernel;
+  if (auto recorded = recordInCapture(stream, kernel, prepare, accesses)) return *recorded;
+  return orLaunchKernel(stream, prepare(stream), std::move(accesses));
+}
+
 orError orLaunchKernel(orStream stream, std::function<void()> kernel,
                        std::vector<orAccess> accesses) {
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
   if (stream->failed.load(std::memory_order_relaxed)) return orErrorLaunchFailure;
-  if (stream->capturing.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> lock(stream->mutex);
-    if (Capture* capture = stream->capture.get()) {
-      std::lock_guard<std::mutex> capture_lock(capture->mutex);
-      if (capture->ended) {  // a joined stream's launch racing the end: not recorded
-        capture->invalidated = true;
-        return orErrorStreamCaptureInvalidated;
-      }
-      capture->kernels.push_back(std::move(kernel));
-      capture->accesses.insert(capture->accesses.end(), accesses.begin(), accesses.end());
-      if (stream != capture->origin) capture->issued[stream] = capture->kernels.size();
-      return orSuccess;
-    }
-  }
+  orPrepare none;
+  if (auto recorded = recordInCapture(stream, kernel, none, accesses)) return *recorded;
   if (orSanitizerStreamAccess(stream, accesses) == orErrorDataRace) return orErrorDataRace;
   // The worker's list of finished kernels is swapped for an empty one that
   // keeps its capacity (this thread's spare), so neither side allocates per
@@ -332,6 +358,7 @@ std::exception_ptr orStreamLastException(orStream stream) {
 struct orGraph_st {
   int device = 0;
   std::shared_ptr<const std::vector<std::function<void()>>> kernels;
+  std::shared_ptr<const std::vector<std::pair<size_t, orPrepare>>> prepared;
   std::vector<orAccess> accesses;  // checked at each replay, as one kernel's
 };
 
@@ -384,10 +411,12 @@ orError orStreamEndCapture(orStream stream, orGraph* graph) {
   leaveCapture(stream, capture.get());
   // Taken out now: an event recorded in the capture may keep it alive.
   std::vector<std::function<void()>> kernels;
+  std::vector<std::pair<size_t, orPrepare>> prepared;
   std::vector<orAccess> accesses;
   {
     std::lock_guard<std::mutex> lock(capture->mutex);
     kernels.swap(capture->kernels);
+    prepared.swap(capture->prepared);
     accesses.swap(capture->accesses);
   }
   // Destroyed unrun: a refused call's kernel may refer to its caller's frame.
@@ -395,6 +424,7 @@ orError orStreamEndCapture(orStream stream, orGraph* graph) {
   if (unjoined) return orErrorStreamCaptureUnjoined;
   *graph = new orGraph_st{
       stream->device, std::make_shared<const std::vector<std::function<void()>>>(std::move(kernels)),
+      std::make_shared<const std::vector<std::pair<size_t, orPrepare>>>(std::move(prepared)),
       std::move(accesses)};
   return orSuccess;
 }
@@ -407,18 +437,31 @@ orStream orStreamCaptureOrigin(orStream stream) {
   return stream->capture ? stream->capture->origin : nullptr;
 }
 
-std::function<void()> orGraphKernel(orGraph graph) {
+orPrepare orGraphPrepare(orGraph graph) {
   // Kernels stay callable after running (Launch.h's closures hold views and
-  // values, not one-shot state), so a replay calls the captured ones again.
-  return [kernels = graph->kernels] {
-    for (const auto& kernel : *kernels) kernel();
+  // values, not one-shot state), so a replay calls the captured ones again;
+  // only prepared ones are made anew, for this launch.
+  return [kernels = graph->kernels, prepared = graph->prepared](orStream stream) {
+    std::function<void()> run;
+    if (prepared->empty()) {
+      run = [kernels] {
+        for (const auto& kernel : *kernels) kernel();
+      };
+    } else {
+      auto launch = std::make_shared<std::vector<std::function<void()>>>(*kernels);
+      for (const auto& [index, prepare] : *prepared) (*launch)[index] = prepare(stream);
+      run = [launch] {
+        for (const auto& kernel : *launch) kernel();
+      };
+    }
+    return run;
   };
 }
 
 orError orGraphLaunch(orGraph graph, orStream stream) {
   if (!graph || !stream) return orErrorInvalidValue;
   if (graph->device != stream->device) return orErrorInvalidDevice;
-  return orLaunchKernel(stream, orGraphKernel(graph), orGraphAccesses(graph));
+  return orLaunchPreparedKernel(stream, orGraphPrepare(graph), orGraphAccesses(graph));
 }
 
 std::vector<orAccess> orGraphAccesses(orGraph graph) {

@@ -1,0 +1,123 @@
+// oreg_ccl operations inside a graph capture (torch.openreg.graph,
+// torch.accelerator.Graph), as NCCL's kernels in a CUDA graph.
+//
+// A collective on a capturing stream is not run. It is recorded as a prepared
+// kernel (orLaunchPreparedKernel, Driver.h). Each launch of the graph does
+// two things for it, in capture order:
+//  - on the host thread that calls replay(), issueReplay queues the operation
+//    with a fresh sequence number. Every rank replays in its program order,
+//    so the group's queues agree across ranks, as for eager calls.
+//  - on the replaying stream, a kernel marks the operation ready once the
+//    stream reaches it, then holds the stream until the operation completes.
+//    It raises the operation's error there, as a failed NCCL kernel fails its
+//    stream.
+// The host never blocks: replay() returns at once, and the group's worker
+// runs the operation when the stream is ready.
+//
+// The work returned during the capture is complete for the host. Its wait()
+// adds nothing on the capturing stream, because the replayed kernel already
+// holds that stream. On another stream, wait() waits for an event recorded
+// after the operation, which forks that stream into the capture (CUDA's rule).
+//
+// Not capturable, as with NCCL: a barrier (it blocks the host), a receive
+// from any source (its source is known only at the replay), and coalesced
+// groups (batch_isend_irecv, the coalescing manager); each raises at the
+// call. Operations on CPU tensors are not stream work and run at once.
+// Tests: tests/distributed/test_graph_capture.py.
+#include "OregBackend.h"
+
+#include "Errors.h"
+
+#include "../aten/Launch.h"
+#include "../runtime/OpenRegException.h"
+#include "../runtime/OpenRegStream.h"
+
+namespace openreg::ccl {
+
+c10::intrusive_ptr<OregWork> OregBackend::capture(c10d::OpType type, const std::string& name,
+                                                  const std::string& desc,
+                                                  const std::vector<at::Tensor>& inputs,
+                                                  const std::vector<at::Tensor>& outputs,
+                                                  Call call, Body body, Post post, bool blockHost,
+                                                  int device, const c10::Stream& stream) {
+  const auto refuse = [&](const char* what) {
+    OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name, ": ", what,
+                   " cannot be captured in a graph (torch.accelerator.Graph); run it outside "
+                   "the capture");
+  };
+  if (blockHost) refuse("a barrier, which blocks the host,");
+  if (type == c10d::OpType::RECVANYSOURCE) refuse("a receive from any source");
+  if (coalescing_) refuse("a coalesced group (batch_isend_irecv, the coalescing manager)");
+
+  const orStream raw = rawStream(stream);
+  const std::chrono::milliseconds timeout = timeoutOf(call.timeout);
+  // The graph may outlive the group: a replay then raises at its launch.
+  c10::weak_intrusive_ptr<OregBackend> group(c10::intrusive_ptr<OregBackend>::reclaim_copy(this));
+  orPrepare prepare = [group, type, name, desc, timeout, body = std::move(body),
+                       post = std::move(post), device](orStream replaying) {
+    auto backend = group.lock();
+    TORCH_CHECK(backend, "oreg_ccl: ", name, " ", desc, " captured in this graph belongs to a "
+                "process group that was destroyed; the graph cannot be replayed");
+    return backend->issueReplay(type, name, desc, timeout, body, post, device, replaying);
+  };
+  orError error = orLaunchPreparedKernel(
+      raw, std::move(prepare),
+      orSanitizerEnabled() ? accessesOf(inputs, outputs) : std::vector<orAccess>{});
+  if (error != orSuccess) checkKernelError(error, c10::str(stream), orStreamLastException(raw));
+
+  orEvent event = nullptr;
+  OPENREG_CHECK(orEventCreate(&event, /*enable_timing=*/false));
+  std::shared_ptr<orEvent_st> after(event, [](orEvent e) { orEventDestroy(e); });
+  OPENREG_CHECK(orEventRecord(event, raw));
+
+  auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, /*blockHost=*/false);
+  work->setOwner(this);
+  work->setCaptured(raw, std::move(after));
+  work->complete(nullptr);
+  return work;
+}
+
+std::function<void()> OregBackend::issueReplay(c10d::OpType type, const std::string& name,
+                                               const std::string& desc,
+                                               std::chrono::milliseconds timeout,
+                                               const Body& body, const Post& post, int device,
+                                               orStream stream) {
+  std::lock_guard<std::mutex> issuing(issueMutex_);
+  std::string failure = transport_->failure();
+  if (!failure.empty())
+    OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name, " (graph replay) on a process "
+                   "group that already failed: ", failure, globalRanksNote());
+  auto work = c10::make_intrusive<OregWork>(getRank(), type, std::vector<at::Tensor>{}, device,
+                                            /*blockHost=*/false);
+  work->setOwner(this);
+  Op op;
+  op.work = work->attachWorker(/*releasable=*/false);
+  op.timeout = timeout;
+  op.tag = post ? 0 : seq_++;
+  op.what = post ? name + " " + desc : name + "#" + std::to_string(op.tag) + " " + desc;
+  op.what += " (graph replay)";
+  op.body = body;
+  op.post = post;
+  op.origin = collectiveOrigin(device, name, desc);
+  op.stream = stream;
+  op.ready = std::make_shared<std::atomic<bool>>(false);
+  auto ready = op.ready;
+  auto transport = transport_;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (shutDown_)
+      OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
+                     " (graph replay) after the process group was shut down or aborted");
+    queue_.push_back(std::move(op));
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
+  transport_->wakeup();
+  return [ready, transport, hold = work->holdUntilDone(/*raises=*/true)] {
+    ready->store(true, std::memory_order_release);
+    transport->wakeup();
+    hold();
+  };
+}
+
+}  // namespace openreg::ccl
