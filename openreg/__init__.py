@@ -98,6 +98,7 @@ from . import sanitizer  # noqa: F401  (torch.openreg.sanitizer, the race checke
 from . import _registration
 from . import _ccl
 from . import _sharing
+from ._sharing import ipc_collect
 
 _registration.register()
 _ccl.register()
@@ -131,7 +132,7 @@ __all__ = [
     "get_allocator_backend", "get_amp_supported_dtype", "get_device_capability", "get_device_name",
     "get_device_properties", "get_per_process_memory_fraction", "get_rng_state",
     "get_rng_state_all", "get_sync_debug_mode", "graph", "graph_pool_handle", "init",
-    "initial_seed", "is_available", "is_bf16_supported", "is_current_stream_capturing",
+    "initial_seed", "ipc_collect", "is_available", "is_bf16_supported", "is_current_stream_capturing",
     "is_initialized", "list_gpu_processes", "make_graphed_callables", "manual_seed",
     "manual_seed_all", "max_memory_allocated", "max_memory_cached", "max_memory_reserved",
     "mem_get_info", "memory_allocated", "memory_cached", "memory_reserved", "memory_snapshot",

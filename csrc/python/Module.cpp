@@ -1,6 +1,7 @@
 // The openreg._C Python extension: the small surface the Python package
 // (openreg/) needs beyond what torch.Stream / torch.Event / torch.accelerator
 // already reach through the registered hooks.
+#include <ATen/ops/empty.h>
 #include <ATen/ops/ones.h>
 #include <torch/csrc/Event.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -21,6 +22,7 @@
 #include "../runtime/OpenRegGenerator.h"
 #include "../runtime/OpenRegGraph.h"
 #include "../runtime/OpenRegHostAllocator.h"
+#include "../runtime/OpenRegIPCTypes.h"
 #include "../runtime/OpenRegStream.h"
 
 namespace py = pybind11;
@@ -219,6 +221,23 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_accumulated_host_memory_stats",
         [] { getHostAllocator()->reset_accumulated_stats(); });
   m.def("_reset_peak_host_memory_stats", [] { getHostAllocator()->reset_peak_stats(); });
+  // torch.multiprocessing (openreg/_sharing.py; OpenRegIPCTypes.h). A storage
+  // goes in and comes out as a uint8 tensor over it.
+  m.def("_ipc_share", [](const at::Tensor& over) {
+    IpcStorageHandle h;
+    {
+      py::gil_scoped_release no_gil;  // it waits for the device
+      h = shareStorage(over.storage());
+    }
+    return py::make_tuple(h.device, h.nbytes, h.memory, h.refcounts, h.slot);
+  });
+  m.def("_ipc_slot_released", &sharedSlotReleased);
+  m.def("_ipc_open", [](int64_t device, int64_t nbytes, std::array<int64_t, 5> memory,
+                        std::array<int64_t, 3> refcounts, int64_t slot) {
+    c10::Storage storage = openSharedStorage({device, nbytes, memory, refcounts, slot});
+    return at::empty({0}, at::TensorOptions().dtype(at::kByte).device(storage.device()))
+        .set_(storage, 0, {nbytes}, {1});
+  });
   m.def("_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(getDefaultGenerator(static_cast<c10::DeviceIndex>(d))));

@@ -381,26 +381,6 @@ def test_default_generators_index_like_a_tuple():
         gens[len(gens)]
 
 
-def test_sharing_with_another_process_is_refused_clearly(python):
-    # torch.multiprocessing shares CUDA tensors through CUDA IPC; openreg does
-    # not simulate it, and the CPU path failed with "_share_fd_: only available on CPU".
-    r = python("""
-        import torch, torch.multiprocessing as mp
-        q = mp.get_context("spawn").SimpleQueue()
-        for obj in (torch.ones(3, device="openreg"), torch.nn.Parameter(torch.ones(2, device="openreg")),
-                    torch.ones(2, device="openreg").untyped_storage()):
-            try:
-                q.put(obj)
-            except RuntimeError as e:
-                print(str(e).split(":")[0])
-        q.put(torch.ones(2))  # CPU tensors keep torch's shared-memory path
-        print(q.get().tolist())
-    """)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["Cannot share an openreg tensor between processes"] * 2 + [
-        "Cannot share an openreg storage between processes", "[1.0, 1.0]"]
-
-
 def test_exit_after_backward_does_not_abort():
     # The autograd engine's openreg device thread drops its last task just
     # after the backward returns; at interpreter exit that needed the GIL

@@ -100,6 +100,13 @@ orError orIpcGetMemHandle(orIpcMemHandle* handle, const void* ptr);
 // not that device memory any more).
 orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle);
 orError orIpcCloseMemHandle(void* base, size_t arenaBytes);
+// cudaIpcOpenMemHandle proper: maps `bytes` of the handle's memory into this
+// process as memory of `device`. *ptr is a device pointer like orMalloc's
+// (host access faults; kernels reach it through orKernelPtr), valid until
+// orIpcRelease(*ptr); the mapping keeps the pages even if the owner frees or
+// exits. orIpcGetMemHandle of an imported pointer gives the owner's handle.
+orError orIpcImport(int device, const orIpcMemHandle& handle, size_t bytes, void** ptr);
+orError orIpcRelease(void* ptr);
 
 // ---- streams ---------------------------------------------------------------
 struct orStream_st;

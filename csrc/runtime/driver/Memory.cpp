@@ -25,6 +25,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace openreg {
@@ -124,6 +125,33 @@ DeviceArena* arenaOf(const void* ptr, int* device_out, bool kernel_too = false,
   return nullptr;
 }
 
+// Another process's device memory mapped here (orIpcImport), as the arenas
+// are: a PROT_NONE view whose addresses are device pointers, and a RW view.
+struct Import {
+  char* device_base;   // page-aligned PROT_NONE view
+  char* kernel_base;   // page-aligned RW view
+  size_t span;         // bytes of each view
+  int device;
+  orIpcMemHandle owner;  // the handle of device_base in the owner's arena
+};
+std::mutex g_imports_mutex;
+std::map<const char*, Import> g_imports;  // by device_base (GUARDED_BY g_imports_mutex)
+std::atomic<size_t> g_import_count{0};    // g_imports.size(): the lookup's fast path
+
+// The import one of whose views contains ptr, copied (nullopt if none).
+std::optional<Import> importOf(const void* ptr, bool kernel_too = false) {
+  if (g_import_count.load(std::memory_order_acquire) == 0) return std::nullopt;
+  auto p = static_cast<const char*>(ptr);
+  std::lock_guard<std::mutex> lock(g_imports_mutex);
+  auto it = g_imports.upper_bound(p);
+  if (it != g_imports.begin() && p < std::prev(it)->second.device_base + std::prev(it)->second.span)
+    return std::prev(it)->second;
+  if (kernel_too)  // rare (orIpcGetMemHandle): a scan
+    for (const auto& [base, import] : g_imports)
+      if (p >= import.kernel_base && p < import.kernel_base + import.span) return import;
+  return std::nullopt;
+}
+
 void releasePages(DeviceArena& arena, size_t offset, size_t size) {
   size_t begin = (offset + kPage - 1) / kPage * kPage;
   size_t end = (offset + size) / kPage * kPage;
@@ -135,7 +163,8 @@ void releasePages(DeviceArena& arena, size_t offset, size_t size) {
 namespace detail {
 int deviceOfInaccessibleAddress(const void* addr) {
   int device = -1;
-  arenaOf(addr, &device);
+  if (!arenaOf(addr, &device))
+    if (auto import = importOf(addr)) device = import->device;
   return device;
 }
 }  // namespace detail
@@ -207,13 +236,16 @@ size_t orMemoryUsed(int device) {
 void* orKernelPtr(const void* device_ptr) {
   if (!device_ptr) return nullptr;
   DeviceArena* arena = arenaOf(device_ptr, nullptr);
-  if (!arena) return const_cast<void*>(device_ptr);  // host (e.g. pinned) memory
-  return arena->kernel_base + (static_cast<const char*>(device_ptr) - arena->device_base);
+  if (arena) return arena->kernel_base + (static_cast<const char*>(device_ptr) - arena->device_base);
+  if (auto import = importOf(device_ptr))
+    return import->kernel_base + (static_cast<const char*>(device_ptr) - import->device_base);
+  return const_cast<void*>(device_ptr);  // host (e.g. pinned) memory
 }
 
 int orPointerDevice(const void* ptr) {
   int device = -1;
-  arenaOf(ptr, &device);
+  if (!arenaOf(ptr, &device))
+    if (auto import = importOf(ptr)) device = import->device;
   return device;
 }
 
@@ -222,7 +254,16 @@ orError orIpcGetMemHandle(orIpcMemHandle* handle, const void* ptr) {
   if (!handle || !ptr) return orErrorInvalidValue;
   const char* base = nullptr;
   const DeviceArena* a = arenaOf(ptr, nullptr, /*kernel_too=*/true, &base);
-  if (!a) return orErrorInvalidValue;
+  if (!a) {
+    auto import = importOf(ptr, /*kernel_too=*/true);
+    if (!import) return orErrorInvalidValue;
+    auto p = static_cast<const char*>(ptr);
+    const bool kernelView = p >= import->kernel_base && p < import->kernel_base + import->span;
+    *handle = import->owner;
+    handle->offset += static_cast<uint64_t>(
+        p - (kernelView ? import->kernel_base : import->device_base));
+    return orSuccess;
+  }
   handle->pid = static_cast<int32_t>(getpid());
   handle->fd = a->fd;
   handle->inode = a->inode;
@@ -231,34 +272,100 @@ orError orIpcGetMemHandle(orIpcMemHandle* handle, const void* ptr) {
   return orSuccess;
 }
 
-orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle) {
-  if (!base || handle.fd < 0 || handle.offset >= handle.arenaBytes) return orErrorInvalidValue;
+namespace {
+// Opens the handle's device memory (the owner's memfd, through /proc); *fd
+// is then an openreg memfd with the handle's inode and size (after a pid or
+// fd number was reused, it is not, and this fails).
+orError openOwnerArena(const orIpcMemHandle& handle, int* fd) {
+  if (handle.fd < 0 || handle.offset >= handle.arenaBytes) return orErrorInvalidValue;
   const std::string path =
       "/proc/" + std::to_string(handle.pid) + "/fd/" + std::to_string(handle.fd);
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0)
+  *fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (*fd < 0)
     return errno == EMFILE || errno == ENFILE || errno == ENOMEM ? orErrorMemoryAllocation
                                                                  : orErrorInvalidValue;
-  // What was opened must be the handle's device memory: an openreg memfd
-  // with its inode and size (after a pid or fd number was reused, it is not).
   struct stat st{};
   char link[64] = {};
-  const std::string opened = "/proc/self/fd/" + std::to_string(fd);
-  const bool isArena = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+  const std::string opened = "/proc/self/fd/" + std::to_string(*fd);
+  const bool isArena = fstat(*fd, &st) == 0 && S_ISREG(st.st_mode) &&
                        static_cast<uint64_t>(st.st_ino) == handle.inode &&
                        static_cast<uint64_t>(st.st_size) == handle.arenaBytes &&
                        readlink(opened.c_str(), link, sizeof(link) - 1) > 0 &&
                        std::strncmp(link, "/memfd:openreg-device-", 22) == 0;
-  void* p = isArena ? mmap(nullptr, handle.arenaBytes, PROT_READ | PROT_WRITE,
-                           MAP_SHARED | MAP_NORESERVE, fd, 0)
-                    : MAP_FAILED;
+  if (isArena) return orSuccess;
+  close(*fd);
+  return orErrorInvalidValue;
+}
+
+// Maps [offset, offset + bytes) of fd with `prot`, not dumped nor inherited
+// by fork children (which must not pin a peer's memory).
+void* mapShared(int fd, size_t offset, size_t bytes, int prot) {
+  void* p = mmap(nullptr, bytes, prot, MAP_SHARED | MAP_NORESERVE, fd, static_cast<off_t>(offset));
+  if (p == MAP_FAILED) return nullptr;
+  madvise(p, bytes, MADV_DONTDUMP);
+  madvise(p, bytes, MADV_DONTFORK);
+  return p;
+}
+}  // namespace
+
+orError orIpcOpenMemHandle(void** base, const orIpcMemHandle& handle) {
+  if (!base) return orErrorInvalidValue;
+  int fd = -1;
+  if (orError error = openOwnerArena(handle, &fd); error != orSuccess) return error;
+  void* p = mapShared(fd, 0, handle.arenaBytes, PROT_READ | PROT_WRITE);
   const int mapError = errno;
   close(fd);
-  if (p == MAP_FAILED)
-    return isArena && mapError == ENOMEM ? orErrorMemoryAllocation : orErrorInvalidValue;
-  madvise(p, handle.arenaBytes, MADV_DONTDUMP);
-  madvise(p, handle.arenaBytes, MADV_DONTFORK);  // a fork child must not pin a peer's memory
+  if (!p) return mapError == ENOMEM ? orErrorMemoryAllocation : orErrorInvalidValue;
   *base = p;
+  return orSuccess;
+}
+
+orError orIpcImport(int device, const orIpcMemHandle& handle, size_t bytes, void** ptr) {
+  OR_RETURN_IF_FORKED();
+  if (!ptr || device < 0 || device >= orDeviceCount() || bytes == 0 ||
+      handle.offset + bytes > handle.arenaBytes)
+    return orErrorInvalidValue;
+  detail::markInitialized();
+  int fd = -1;
+  if (orError error = openOwnerArena(handle, &fd); error != orSuccess) return error;
+  const size_t begin = handle.offset / kPage * kPage;
+  const size_t span = (handle.offset + bytes - begin + kPage - 1) / kPage * kPage;
+  void* dev = mapShared(fd, begin, span, PROT_NONE);
+  void* ker = dev ? mapShared(fd, begin, span, PROT_READ | PROT_WRITE) : nullptr;
+  const int mapError = errno;
+  close(fd);
+  if (!ker) {
+    if (dev) munmap(dev, span);
+    return mapError == ENOMEM ? orErrorMemoryAllocation : orErrorInvalidValue;
+  }
+  orIpcMemHandle owner = handle;
+  owner.offset = begin;
+  Import import{static_cast<char*>(dev), static_cast<char*>(ker), span, device, owner};
+  {
+    std::lock_guard<std::mutex> lock(g_imports_mutex);
+    g_imports.emplace(import.device_base, import);
+    g_import_count.store(g_imports.size(), std::memory_order_release);
+  }
+  *ptr = import.device_base + (handle.offset - begin);
+  return orSuccess;
+}
+
+orError orIpcRelease(void* ptr) {
+  auto p = static_cast<const char*>(ptr);
+  Import import;
+  {
+    std::lock_guard<std::mutex> lock(g_imports_mutex);
+    auto it = g_imports.upper_bound(p);
+    if (it == g_imports.begin()) return orErrorInvalidValue;
+    --it;
+    if (p >= it->second.device_base + it->second.span) return orErrorInvalidValue;
+    import = it->second;
+    g_imports.erase(it);
+    g_import_count.store(g_imports.size(), std::memory_order_release);
+  }
+  detail::sanitizerForget(import.device_base, import.span);
+  munmap(import.device_base, import.span);
+  munmap(import.kernel_base, import.span);
   return orSuccess;
 }
 

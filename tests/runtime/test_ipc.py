@@ -1,0 +1,92 @@
+"""Sharing openreg tensors between processes (torch.multiprocessing), as CUDA
+IPC shares CUDA tensors (csrc/runtime/OpenRegIPCTypes.h, openreg/_sharing.py)."""
+import os
+import textwrap
+
+_PRELUDE = f"""
+import sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import torch, torch.multiprocessing as mp
+import openreg
+import _ipc_children
+ctx = mp.get_context("spawn")
+inbox, outbox = ctx.Queue(), ctx.Queue()
+"""
+
+
+def _script(body):
+    return _PRELUDE + textwrap.dedent(body)
+
+
+def _run_with_child(python, target, body):
+    """Runs `body` in a sender beside a spawned receiver running
+    _ipc_children.<target>, which exits once the sender puts "done"."""
+    r = python(_script(f"""
+        child = ctx.Process(target=_ipc_children.{target}, args=(inbox, outbox))
+        child.start()
+    """) + textwrap.dedent(body) + textwrap.dedent("""
+        inbox.put("done")
+        child.join(60)
+        assert child.exitcode == 0
+        print("ok")
+    """))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+
+
+def test_a_tensor_sent_to_another_process_is_the_same_device_memory(python):
+    _run_with_child(python, "write_back", """
+        torch.openreg.set_device(1)
+        t = torch.arange(4.0, device="openreg:1")
+        p = torch.nn.Parameter(torch.ones(2, device="openreg:1"))
+        s = torch.full((3,), 7, dtype=torch.int32, device="openreg:1").untyped_storage()
+        base = torch.arange(6.0, device="openreg:1")
+        inbox.put((t, p, s, base[2:5]))
+        seen = outbox.get(timeout=60)
+        assert seen["device"] == "openreg:1", seen
+        assert seen["values"] == [0.0, 1.0, 2.0, 3.0], seen
+        assert seen["param"] == ("Parameter", True, [1.0, 1.0]), seen
+        assert seen["storage"] == ("openreg:1", 12), seen
+        assert seen["view"] == [2.0, 3.0, 4.0], seen
+        # The receiver's device memory is the sender's: none of its own was allocated.
+        assert seen["allocated"] == 0, seen
+        # Its writes (in place, on the view's offset too) are the sender's tensors'.
+        assert t.cpu().tolist() == [1.0, 2.0, 3.0, 4.0], t
+        assert base.cpu().tolist() == [0.0, 1.0, 20.0, 30.0, 40.0, 5.0], base
+    """)
+
+
+def test_the_sender_keeps_shared_memory_until_the_receiver_releases_it(python):
+    _run_with_child(python, "hold", """
+        before = torch.openreg.memory_allocated()
+        t = torch.full((1 << 18,), 2.0, device="openreg")
+        inbox.put(t)
+        assert outbox.get(timeout=60) == "holding"
+        del t
+        torch.openreg.ipc_collect()
+        torch.openreg.empty_cache()
+        # Still held for the receiver: not back in the allocator, so not reused here.
+        assert torch.openreg.memory_allocated() == before + (1 << 20)
+        others = [torch.full((1 << 18,), -1.0, device="openreg") for _ in range(4)]
+        inbox.put("check")
+        assert outbox.get(timeout=60) == 2.0 * (1 << 18)
+        assert outbox.get(timeout=60) == "released"
+        torch.openreg.ipc_collect()
+        assert torch.openreg.memory_allocated() == before + 4 * (1 << 20)
+    """)
+
+
+def test_a_non_leaf_tensor_that_requires_grad_is_refused_as_torch_refuses_it(python):
+    r = python(_script("""
+        q = ctx.SimpleQueue()  # pickles in put(), on this thread
+        x = torch.ones(3, device="openreg", requires_grad=True) * 2
+        try:
+            q.put(x)
+        except RuntimeError as e:
+            print(str(e).split(",")[0])
+        q.put(torch.ones(2))  # CPU tensors keep torch's shared-memory path
+        print(q.get().tolist())
+    """))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "Cowardly refusing to serialize non-leaf tensor which requires_grad", "[1.0, 1.0]"]
