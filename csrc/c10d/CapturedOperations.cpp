@@ -19,10 +19,11 @@
 // holds that stream. On another stream, wait() waits for an event recorded
 // after the operation, which forks that stream into the capture (CUDA's rule).
 //
-// Not capturable, as with NCCL: a barrier (it blocks the host), a receive
-// from any source (its source is known only at the replay), and coalesced
-// groups (batch_isend_irecv, the coalescing manager); each raises at the
-// call. Operations on CPU tensors are not stream work and run at once.
+// A coalesced group (batch_isend_irecv, the coalescing manager) is recorded
+// at its end as one kernel that starts every part before it waits for any.
+// Not capturable, as with NCCL: a barrier (it blocks the host) and a receive
+// from any source (its source is known only at the replay); each raises at
+// the call. Operations on CPU tensors are not stream work and run at once.
 // Tests: tests/distributed/test_graph_capture.py.
 #include "OregBackend.h"
 
@@ -47,58 +48,82 @@ c10::intrusive_ptr<OregWork> OregBackend::capture(c10d::OpType type, const std::
   };
   if (blockHost) refuse("a barrier, which blocks the host,");
   if (type == c10d::OpType::RECVANYSOURCE) refuse("a receive from any source");
-  if (coalescing_) refuse("a coalesced group (batch_isend_irecv, the coalescing manager)");
+  if (coalescing_ && coalesced_.size() != captured_.parts.size())
+    refuse("a coalesced group begun with operations outside the capture");
+  if (coalescing_ && !captured_.parts.empty() && captured_.stream != stream)
+    refuse("a coalesced group over several streams");
 
-  const orStream raw = rawStream(stream);
-  const std::chrono::milliseconds timeout = timeoutOf(call.timeout);
+  CapturedOps& ops = captured_;
+  ops.stream = stream;
+  ops.parts.push_back({type, name, desc, timeoutOf(call.timeout), std::move(body), std::move(post),
+                       device});
+  if (orSanitizerEnabled()) {
+    auto accesses = accessesOf(inputs, outputs);
+    ops.accesses.insert(ops.accesses.end(), accesses.begin(), accesses.end());
+  }
+  auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, /*blockHost=*/false);
+  work->setOwner(this);
+  work->complete(nullptr);
+  if (coalescing_)
+    coalesced_.push_back(work);  // recorded with the group, by endCoalescing
+  else
+    work->setCaptured(rawStream(stream), recordCaptured());  // `stream` outlives captured_
+  return work;
+}
+
+std::shared_ptr<orEvent_st> OregBackend::recordCaptured() {
+  CapturedOps ops = std::exchange(captured_, CapturedOps{});
+  const orStream raw = rawStream(*ops.stream);
   // The graph may outlive the group: a replay then raises at its launch.
   c10::weak_intrusive_ptr<OregBackend> group(c10::intrusive_ptr<OregBackend>::reclaim_copy(this));
-  orPrepare prepare = [group, type, name, desc, timeout, body = std::move(body),
-                       post = std::move(post), device](orStream replaying) {
+  orPrepare prepare = [group, parts = std::move(ops.parts)](orStream replaying) {
     auto backend = group.lock();
-    TORCH_CHECK(backend, "oreg_ccl: ", name, " ", desc, " captured in this graph belongs to a "
-                "process group that was destroyed; the graph cannot be replayed");
-    return backend->issueReplay(type, name, desc, timeout, body, post, device, replaying);
+    TORCH_CHECK(backend, "oreg_ccl: ", parts.front().name, " ", parts.front().desc,
+                " captured in this graph belongs to a process group that was destroyed; the "
+                "graph cannot be replayed");
+    std::vector<std::function<void()>> ready, holds;
+    for (const auto& part : parts) {
+      auto [marksReady, holds_] = backend->issueReplay(part, replaying);
+      ready.push_back(std::move(marksReady));
+      holds.push_back(std::move(holds_));
+    }
+    // Every part of a coalesced group starts before any is waited for (sends
+    // and receives of a batch may need each other).
+    return std::function<void()>([ready = std::move(ready), holds = std::move(holds)] {
+      for (const auto& start : ready) start();
+      for (const auto& hold : holds) hold();
+    });
   };
-  orError error = orLaunchPreparedKernel(
-      raw, std::move(prepare),
-      orSanitizerEnabled() ? accessesOf(inputs, outputs) : std::vector<orAccess>{});
-  if (error != orSuccess) checkKernelError(error, c10::str(stream), orStreamLastException(raw));
+  orError error = orLaunchPreparedKernel(raw, std::move(prepare), std::move(ops.accesses));
+  if (error != orSuccess) checkKernelError(error, c10::str(*ops.stream), orStreamLastException(raw));
 
   orEvent event = nullptr;
   OPENREG_CHECK(orEventCreate(&event, /*enable_timing=*/false));
   std::shared_ptr<orEvent_st> after(event, [](orEvent e) { orEventDestroy(e); });
   OPENREG_CHECK(orEventRecord(event, raw));
-
-  auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, /*blockHost=*/false);
-  work->setOwner(this);
-  work->setCaptured(raw, std::move(after));
-  work->complete(nullptr);
-  return work;
+  return after;
 }
 
-std::function<void()> OregBackend::issueReplay(c10d::OpType type, const std::string& name,
-                                               const std::string& desc,
-                                               std::chrono::milliseconds timeout,
-                                               const Body& body, const Post& post, int device,
-                                               orStream stream) {
+std::pair<std::function<void()>, std::function<void()>> OregBackend::issueReplay(
+    const CapturedOp& part, orStream stream) {
   std::lock_guard<std::mutex> issuing(issueMutex_);
   std::string failure = transport_->failure();
   if (!failure.empty())
-    OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name, " (graph replay) on a process "
+    OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", part.name, " (graph replay) on a process "
                    "group that already failed: ", failure, globalRanksNote());
-  auto work = c10::make_intrusive<OregWork>(getRank(), type, std::vector<at::Tensor>{}, device,
-                                            /*blockHost=*/false);
+  auto work = c10::make_intrusive<OregWork>(getRank(), part.type, std::vector<at::Tensor>{},
+                                            part.device, /*blockHost=*/false);
   work->setOwner(this);
   Op op;
   op.work = work->attachWorker(/*releasable=*/false);
-  op.timeout = timeout;
-  op.tag = post ? 0 : seq_++;
-  op.what = post ? name + " " + desc : name + "#" + std::to_string(op.tag) + " " + desc;
+  op.timeout = part.timeout;
+  op.tag = part.post ? 0 : seq_++;
+  op.what = part.post ? part.name + " " + part.desc
+                      : part.name + "#" + std::to_string(op.tag) + " " + part.desc;
   op.what += " (graph replay)";
-  op.body = body;
-  op.post = post;
-  op.origin = collectiveOrigin(device, name, desc);
+  op.body = part.body;
+  op.post = part.post;
+  op.origin = collectiveOrigin(part.device, part.name, part.desc);
   op.stream = stream;
   op.ready = std::make_shared<std::atomic<bool>>(false);
   auto ready = op.ready;
@@ -106,18 +131,18 @@ std::function<void()> OregBackend::issueReplay(c10d::OpType type, const std::str
   {
     std::lock_guard<std::mutex> g(mutex_);
     if (shutDown_)
-      OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
+      OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", part.name,
                      " (graph replay) after the process group was shut down or aborted");
     queue_.push_back(std::move(op));
     queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
   transport_->wakeup();
-  return [ready, transport, hold = work->holdUntilDone(/*raises=*/true)] {
-    ready->store(true, std::memory_order_release);
-    transport->wakeup();
-    hold();
-  };
+  return {[ready, transport] {
+            ready->store(true, std::memory_order_release);
+            transport->wakeup();
+          },
+          work->holdUntilDone(/*raises=*/true)};
 }
 
 }  // namespace openreg::ccl

@@ -837,6 +837,7 @@ void OregBackend::startCoalescing() {
   coalescing_ = true;
   coalescedDevice_ = -1;
   coalesced_.clear();
+  captured_ = {};
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::endCoalescing() {
@@ -844,6 +845,13 @@ c10::intrusive_ptr<c10d::Work> OregBackend::endCoalescing() {
   coalescing_ = false;
   auto work = OregWork::combine(getRank(), coalesced_);
   work->setOwner(this);
+  // Parts captured in a graph: recorded now, as one kernel (CapturedOperations.cpp),
+  // unless a part was refused (its error reaches the caller at the wait).
+  if (!captured_.parts.empty() && captured_.parts.size() == coalesced_.size()) {
+    const orStream stream = rawStream(*captured_.stream);
+    work->setCaptured(stream, recordCaptured());
+  }
+  captured_ = {};
   coalesced_.clear();
   return work;
 }

@@ -41,6 +41,7 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "../runtime/OpenRegKinetoPlugin.h"
@@ -233,10 +234,28 @@ class OregBackend final : public c10d::Backend {
                                        const std::vector<at::Tensor>& outputs, Call call,
                                        Body body, Post post, bool blockHost, int device,
                                        const c10::Stream& stream);
-  std::function<void()> issueReplay(c10d::OpType type, const std::string& name,
-                                    const std::string& desc, std::chrono::milliseconds timeout,
-                                    const Body& body, const Post& post, int device,
-                                    orStream stream);
+  // What a replay issues again for one captured operation.
+  struct CapturedOp {
+    c10d::OpType type;
+    std::string name;
+    std::string desc;
+    std::chrono::milliseconds timeout;
+    Body body;
+    Post post;
+    int device;
+  };
+  // Captured, not yet recorded: one operation, or a coalesced group's parts.
+  struct CapturedOps {
+    std::optional<c10::Stream> stream;
+    std::vector<CapturedOp> parts;
+    std::vector<orAccess> accesses;  // for the race checker
+  };
+  // Records captured_ as one prepared kernel; returns an event after it.
+  std::shared_ptr<orEvent_st> recordCaptured();
+  // At a replay: queues the operation; returns a function marking it ready
+  // and a kernel holding the stream until it completes.
+  std::pair<std::function<void()>, std::function<void()>> issueReplay(const CapturedOp& part,
+                                                                      orStream stream);
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
   void workerLoop();
   void runOp(Op& op);
@@ -293,6 +312,7 @@ class OregBackend final : public c10d::Backend {
   void checkDistinctDevice(int device);
   std::shared_ptr<Transport> transport_;
   uint64_t seq_ = 0;  // collectives issued (caller thread)
+  CapturedOps captured_;  // caller thread
   // What on the callers' streams needs no marker kernel (see StreamOrder.h).
   std::shared_ptr<StreamOrder> streamOrder_ = std::make_shared<StreamOrder>();
   std::shared_ptr<FutureStreams> futureStreams_ = std::make_shared<FutureStreams>();
