@@ -34,6 +34,41 @@
 #include "../runtime/OpenRegStream.h"
 
 namespace openreg::ccl {
+namespace {
+
+// A queued replayed operation's start: the kernel marks it ready. If that
+// kernel is dropped unrun (a later part of the replay failed to issue, or the
+// launch was refused), the operation could never start and its group would
+// wait for the timeout, so the group fails at once, peers included, as for an
+// eager operation whose stream marker cannot be launched.
+class ReplayTicket {
+ public:
+  ReplayTicket(std::shared_ptr<std::atomic<bool>> ready, std::shared_ptr<Transport> transport,
+               std::string what)
+      : ready_(std::move(ready)), transport_(std::move(transport)), what_(std::move(what)) {}
+  ~ReplayTicket() {
+    if (started_) return;
+    try {
+      transport_->cancel(what_ + " was issued for a graph replay that was not launched (an "
+                         "error at the replay); the group fails so that its peers do not wait",
+                         /*propagate=*/true);
+    } catch (...) {  // a destructor: the group then times out instead
+    }
+  }
+  void start() {
+    started_ = true;
+    ready_->store(true, std::memory_order_release);
+    transport_->wakeup();
+  }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> ready_;
+  std::shared_ptr<Transport> transport_;
+  std::string what_;
+  bool started_ = false;
+};
+
+}  // namespace
 
 c10::intrusive_ptr<OregWork> OregBackend::capture(c10d::OpType type, const std::string& name,
                                                   const std::string& desc,
@@ -121,6 +156,7 @@ std::pair<std::function<void()>, std::function<void()>> OregBackend::issueReplay
   op.what = part.post ? part.name + " " + part.desc
                       : part.name + "#" + std::to_string(op.tag) + " " + part.desc;
   op.what += " (graph replay)";
+  const std::string what = op.what;
   op.body = part.body;
   op.post = part.post;
   op.origin = collectiveOrigin(part.device, part.name, part.desc);
@@ -138,11 +174,9 @@ std::pair<std::function<void()>, std::function<void()>> OregBackend::issueReplay
   }
   cv_.notify_all();
   transport_->wakeup();
-  return {[ready, transport] {
-            ready->store(true, std::memory_order_release);
-            transport->wakeup();
-          },
-          work->holdUntilDone(/*raises=*/true)};
+  auto ticket = std::make_shared<ReplayTicket>(std::move(ready), std::move(transport),
+                                               c10::str("oreg_ccl: rank ", getRank(), ": ", what));
+  return {[ticket] { ticket->start(); }, work->holdUntilDone(/*raises=*/true)};
 }
 
 }  // namespace openreg::ccl

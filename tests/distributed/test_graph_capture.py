@@ -222,17 +222,26 @@ def destroyed_group(rank, n):
     g = torch.openreg.Graph()
     with torch.openreg.stream(s):
         with torch.openreg.graph(g, stream=s):
+            dist.all_reduce(x)  # on the default group, which lives on
             dist.all_reduce(x, group=group)
     dist.destroy_process_group(group)
     del group
     import gc
     gc.collect()
-    with pytest.raises(RuntimeError, match="process group that was destroyed"):
+    # Or the peer's replay failed first and failed the default group already.
+    with pytest.raises(RuntimeError, match="process group that was destroyed|not launched"):
         g.replay()
+    # The default group's part was issued before the replay failed: it can never
+    # start, so the group fails at once rather than at its timeout.
+    start = time.monotonic()
+    with pytest.raises(dist.DistBackendError, match="graph replay that was not launched"):
+        dist.all_reduce(torch.ones(1, device=dev))
+        torch.openreg.synchronize()
+    assert time.monotonic() - start < 10
 
 
-def test_replaying_a_collective_of_a_destroyed_group_raises(tmp_path):
-    spawn(destroyed_group, 2, tmp_path)
+def test_replaying_a_collective_of_a_destroyed_group_raises_and_fails_the_rest_of_the_replay(tmp_path):
+    spawn(destroyed_group, 2, tmp_path, pg_timeout=60)
 
 
 def captured_step(rank, n, wrapper):
