@@ -8,9 +8,10 @@ do for openreg what torch's do for CUDA (csrc/runtime/OpenRegIPCTypes.h):
   index: writes on either side are seen by the other once their streams ran;
 - the sender waits for its device's queued work when it pickles (CUDA records
   an event for the receiver to wait on instead);
-- the sender keeps each pickled storage alive until its receiver dropped it;
-  `torch.openreg.ipc_collect()` (run at each new share as well) lets go of
-  those already released, as `torch.cuda.ipc_collect()` does.
+- the sender's block outlives its storage until every receiver dropped its
+  copy; `torch.openreg.ipc_collect()` (also run at each share and before an
+  out-of-memory error) frees those already released, as `torch.cuda.ipc_collect()`;
+- tensors sharing a storage arrive sharing one (torch's storage_from_cache).
 CPU (and other) tensors keep torch's reducers.
 Tests: tests/runtime/test_ipc.py.
 """
@@ -22,32 +23,40 @@ from torch.multiprocessing import reductions
 
 from . import _C
 
+# Receiver side: storages already opened, by the sender's memory they map
+# (torch's storage_from_cache): tensors that share a storage arrive sharing one.
 _lock = threading.Lock()
-_sent = {}  # slot -> the storage kept alive for its receiver
+_received = {}  # (pid, fd, inode, offset, nbytes) -> StorageWeakRef
 
 
 def ipc_collect() -> None:
-    """Lets go of the shared storages every receiver has released."""
-    with _lock:
-        for slot in [s for s in _sent if _C._ipc_slot_released(s)]:
-            del _sent[slot]
+    """Frees the device memory of shared storages that this process dropped and
+    every receiver has released (also done at each share and before an OOM)."""
+    _C._ipc_collect()
 
 
 def _share(storage):
     if storage.nbytes() == 0:
         return None
-    ipc_collect()
     over = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-    handle = _C._ipc_share(over)
-    with _lock:
-        _sent[handle[-1]] = storage
-    return handle
+    return _C._ipc_share(over)
 
 
 def _open(device, handle):
     if handle is None:
         return torch.UntypedStorage(0, device=device)
-    return _C._ipc_open(*handle).untyped_storage()
+    device_index, nbytes, memory, refcounts, slot = handle
+    key = (*memory, nbytes)
+    with _lock:
+        ref = _received.get(key)
+        if ref is not None and not ref.expired():
+            _C._ipc_release_reference(refcounts, slot)  # the one already held serves
+            return torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
+        storage = _C._ipc_open(*handle).untyped_storage()
+        _received[key] = reductions.StorageWeakRef(storage)
+        for stale in [k for k, r in _received.items() if r.expired()]:
+            del _received[stale]
+        return storage
 
 
 def _rebuild_storage(device, handle):

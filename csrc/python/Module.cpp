@@ -227,11 +227,13 @@ PYBIND11_MODULE(_C, m) {
     IpcStorageHandle h;
     {
       py::gil_scoped_release no_gil;  // it waits for the device
-      h = shareStorage(over.storage());
+      c10::Storage storage = over.storage();
+      h = shareStorage(storage);
     }
     return py::make_tuple(h.device, h.nbytes, h.memory, h.refcounts, h.slot);
   });
-  m.def("_ipc_slot_released", &sharedSlotReleased);
+  m.def("_ipc_collect", &collectSharedBlocks);
+  m.def("_ipc_release_reference", &releaseSharedReference);
   m.def("_ipc_open", [](int64_t device, int64_t nbytes, std::array<int64_t, 5> memory,
                         std::array<int64_t, 3> refcounts, int64_t slot) {
     c10::Storage storage = openSharedStorage({device, nbytes, memory, refcounts, slot});

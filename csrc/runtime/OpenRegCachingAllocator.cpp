@@ -1,4 +1,5 @@
 #include "OpenRegCachingAllocator.h"  // PyTorch hook: c10::DeviceAllocator; contract in the header
+#include "OpenRegIPCTypes.h"
 
 #include <algorithm>
 #include <array>
@@ -743,7 +744,15 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
     c10::Stream stream = getCurrentStream(device);
     // The context is the pointer itself, as CUDA's: copy-on-write storages
     // (torch._lazy_clone) wrap only such "simple" data pointers.
-    void* ptr = cache(device).malloc(nbytes, stream.id());
+    void* ptr;
+    try {
+      ptr = cache(device).malloc(nbytes, stream.id());
+    } catch (const c10::OutOfMemoryError&) {
+      // Blocks kept for other processes that have released them since (CUDA's
+      // IPC collect callback): freed, then one more try.
+      if (collectSharedBlocks() == 0) throw;
+      ptr = cache(device).malloc(nbytes, stream.id());
+    }
     // Read first: a store on every allocation would bounce the flag's cache line.
     if (!allocated_[device].load(std::memory_order_relaxed))
       allocated_[device].store(true, std::memory_order_relaxed);
@@ -769,6 +778,7 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
   }
 
   void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    if (recordStreamOfShared(ptr, stream)) return;  // received from another process
     // Looked up by address, so a copy-on-write storage's (whose deleter is
     // not ours) is found too; other memory is not in the cache and is skipped.
     int device = orPointerDevice(ptr.get());

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -87,11 +88,48 @@ std::atomic<int64_t>* receivedSlots(const std::array<int64_t, 3>& id) {
   return slots;
 }
 
-// A receiver's storage: the imported mapping and the reference it returns.
+// A sender's shared storage: its DataPtr's context, owning the original
+// block until every slot (one per pickling) has come back.
+struct SentData {
+  c10::DataPtr original;
+  std::vector<int64_t> slots;  // GUARDED_BY(sentSlots().mutex)
+};
+std::vector<SentData*>& limbo() {  // GUARDED_BY(sentSlots().mutex): dead, still held by receivers
+  static auto* dead = new std::vector<SentData*>();
+  return *dead;
+}
+
+// Under sentSlots().mutex: true (and the slots free again) if no receiver
+// holds any of `sent`'s slots.
+bool releasedLocked(SentData* sent) {
+  SentSlots& s = sentSlots();
+  for (int64_t slot : sent->slots)
+    if (s.slots[slot].load(std::memory_order_acquire) != 0) return false;
+  s.free.insert(s.free.end(), sent->slots.begin(), sent->slots.end());
+  sent->slots.clear();
+  return true;
+}
+
+void deleteSent(void* context) {
+  auto* sent = static_cast<SentData*>(context);
+  {
+    std::lock_guard<std::mutex> lock(sentSlots().mutex);
+    if (!releasedLocked(sent)) {
+      limbo().push_back(sent);
+      return;
+    }
+  }
+  delete sent;  // outside the lock: frees the block into the caching allocator
+}
+
+// A receiver's storage: the imported mapping, the reference it returns, and
+// the streams its release waits for.
 struct Imported {
   void* ptr;
   std::atomic<int64_t>* reference;
   c10::DeviceIndex device;
+  std::mutex mutex;
+  std::vector<c10::Stream> used_on;  // GUARDED_BY(mutex): record_stream's
 
   void release() {
     orIpcRelease(ptr);
@@ -100,27 +138,58 @@ struct Imported {
   }
 };
 
+// One stream per device that releases received storages, after waiting for
+// the streams that may still use them (waits on it order nothing of the
+// user's, so the race checker sees no synchronisation the program lacks).
+orStream releaseStream(c10::DeviceIndex device) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, orStream> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  orStream& stream = streams[device];
+  if (!stream && orStreamCreate(device, &stream) != orSuccess) stream = nullptr;
+  return stream;
+}
+
 // Stream-ordered, as the caching allocator frees: after the work queued on
-// the device's current stream, which may still read the memory.
+// the device's current stream and on the streams record_stream named.
 void releaseImported(void* context) {
   auto* imported = static_cast<Imported*>(context);
   if (orIsForkedChild()) return;  // the parent's mapping; nothing to give back
   try {
-    const orStream stream = rawStream(getCurrentStream(imported->device));
+    std::vector<c10::Stream> streams{getCurrentStream(imported->device)};
+    streams.insert(streams.end(), imported->used_on.begin(), imported->used_on.end());
     // A graph captured now may replay over the memory: kept for good.
-    if (orStreamIsCapturing(stream)) return;
-    if (orLaunchKernel(stream, [imported] { imported->release(); }) == orSuccess) return;
+    for (const auto& stream : streams)
+      if (orStreamIsCapturing(rawStream(stream))) return;
+    orStream releaser = releaseStream(imported->device);
+    bool ordered = releaser != nullptr;
+    for (const auto& stream : streams) {
+      orEvent event = nullptr;
+      ordered = ordered && orEventCreate(&event, false) == orSuccess &&
+                orEventRecord(event, rawStream(stream)) == orSuccess &&
+                orStreamWaitEvent(releaser, event) == orSuccess;
+      if (event) orEventDestroy(event);
+    }
+    if (ordered && orLaunchKernel(releaser, [imported] { imported->release(); }) == orSuccess)
+      return;
   } catch (...) {
   }
-  imported->release();  // a failed stream runs nothing more
+  imported->release();  // failed streams run nothing more
+}
+
+void checkNotForked() {
+  TORCH_CHECK(!orIsForkedChild(), "Cannot re-initialize openreg in forked subprocess. To use "
+              "openreg with multiprocessing, you must use the 'spawn' start method");
 }
 
 }  // namespace
 
-IpcStorageHandle shareStorage(const c10::Storage& storage) {
+IpcStorageHandle shareStorage(c10::Storage& storage) {
+  checkNotForked();
   const c10::Device device = storage.device();
   TORCH_CHECK(device.type() == c10::DeviceType::PrivateUse1, "not an openreg storage");
   TORCH_CHECK(storage.nbytes() > 0 && storage.data(), "an empty storage has no memory to share");
+  collectSharedBlocks();
   // The receiver may read at once: everything queued that may write it has run.
   synchronizeDevice(device.index());
   orIpcMemHandle memory;
@@ -138,6 +207,14 @@ IpcStorageHandle shareStorage(const c10::Storage& storage) {
     slot = sent.next++;
   }
   sent.slots[slot].store(1, std::memory_order_release);  // this pickling's receiver
+  // The first share hands the block to a SentData (CUDA's _share_cuda_ swap).
+  auto& data = storage.mutable_data_ptr();
+  if (data.get_deleter() != &deleteSent) {
+    void* ptr = data.get();
+    auto* owner = new SentData{std::move(data), {}};
+    storage.set_data_ptr_noswap(c10::DataPtr(ptr, owner, &deleteSent, device));
+  }
+  static_cast<SentData*>(storage.data_ptr().get_context())->slots.push_back(slot);
   IpcStorageHandle handle;
   handle.device = device.index();
   handle.nbytes = static_cast<int64_t>(storage.nbytes());
@@ -148,16 +225,23 @@ IpcStorageHandle shareStorage(const c10::Storage& storage) {
   return handle;
 }
 
-bool sharedSlotReleased(int64_t slot) {
-  SentSlots& sent = sentSlots();
-  std::lock_guard<std::mutex> lock(sent.mutex);
-  TORCH_CHECK(sent.slots && slot >= 0 && slot < sent.next, "not a shared slot: ", slot);
-  if (sent.slots[slot].load(std::memory_order_acquire) != 0) return false;
-  sent.free.push_back(slot);
-  return true;
+size_t collectSharedBlocks() {
+  if (orIsForkedChild()) return 0;
+  std::vector<SentData*> released;
+  {
+    std::lock_guard<std::mutex> lock(sentSlots().mutex);
+    auto& dead = limbo();
+    auto kept = std::stable_partition(dead.begin(), dead.end(),
+                                      [](SentData* sent) { return !releasedLocked(sent); });
+    released.assign(kept, dead.end());
+    dead.erase(kept, dead.end());
+  }
+  for (SentData* sent : released) delete sent;  // frees the blocks, outside the lock
+  return released.size();
 }
 
 c10::Storage openSharedStorage(const IpcStorageHandle& handle) {
+  checkNotForked();
   check_device_index(handle.device);
   TORCH_CHECK(handle.nbytes > 0 && handle.slot >= 0 && handle.slot < kSlots,
               "openreg: a malformed shared-storage handle");
@@ -177,10 +261,24 @@ c10::Storage openSharedStorage(const IpcStorageHandle& handle) {
   TORCH_CHECK(error == orSuccess, "openreg: cannot map the device memory shared by process ", pid,
               ": ", orGetErrorString(error));
   const auto device = static_cast<c10::DeviceIndex>(handle.device);
-  auto* imported = new Imported{ptr, &slots[handle.slot], device};
+  auto* imported = new Imported{ptr, &slots[handle.slot], device, {}, {}};
   at::DataPtr data(ptr, imported, &releaseImported, c10::Device(c10::DeviceType::PrivateUse1, device));
   return c10::Storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(handle.nbytes),
                       std::move(data), /*allocator=*/nullptr, /*resizable=*/false);
+}
+
+void releaseSharedReference(const std::array<int64_t, 3>& refcounts, int64_t slot) {
+  TORCH_CHECK(slot >= 0 && slot < kSlots, "openreg: a malformed shared-storage handle");
+  if (std::atomic<int64_t>* slots = receivedSlots(refcounts))
+    slots[slot].fetch_sub(1, std::memory_order_acq_rel);
+}
+
+bool recordStreamOfShared(const c10::DataPtr& ptr, const c10::Stream& stream) {
+  if (ptr.get_deleter() != &releaseImported) return false;
+  auto* imported = static_cast<Imported*>(ptr.get_context());
+  std::lock_guard<std::mutex> lock(imported->mutex);
+  imported->used_on.push_back(stream);
+  return true;
 }
 
 }  // namespace openreg

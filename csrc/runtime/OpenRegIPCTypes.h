@@ -2,18 +2,20 @@
 // _new_shared_cuda and CudaIPCTypes for CUDA): an openreg storage pickled
 // in one process is rebuilt in another over the same device memory.
 //
-// The receiver maps the sender's device memory (orIpcImport). The sender
-// keeps the storage alive (openreg/_sharing.py holds it) until every
-// receiver has dropped its copy, as CUDA's CudaIPCSentData does: each
-// pickling takes a slot of a reference-count array that the sender shares
-// the same way; the receiver's storage gives its reference back when it
-// dies, after the work queued on its device's current stream, and the
-// sender's next share (or torch.openreg.ipc_collect()) releases storages
-// whose slots reached zero.
+// The receiver maps the sender's device memory (orIpcImport). As CUDA's
+// CudaIPCSentData does, sharing swaps the storage's DataPtr for one that
+// owns the original block, and freeing the storage (or resizing it away, as
+// FSDP frees parameters) keeps the block in a limbo until every receiver has
+// dropped its copy: each pickling takes a slot of a reference-count array the
+// sender shares the same way, which the receiver decrements when its storage
+// dies, after the work of its device's current stream and of the streams
+// record_stream named. torch.openreg.ipc_collect(), each share and an OOM
+// free the blocks whose slots all reached zero.
 // Tests: tests/runtime/test_ipc.py.
 #pragma once
 
 #include <c10/core/Storage.h>
+#include <c10/core/Stream.h>
 
 #include <array>
 #include <cstdint>
@@ -31,11 +33,17 @@ struct IpcStorageHandle {
 
 // Sender side: waits for the device's queued work (the receiver may read at
 // once), then takes a slot holding one reference for this pickling.
-IpcStorageHandle shareStorage(const c10::Storage& storage);
-// Whether a slot's references all came back; if so the slot is free again
-// and the sender may drop the storage it kept for it.
-bool sharedSlotReleased(int64_t slot);
+IpcStorageHandle shareStorage(c10::Storage& storage);
+// Frees the blocks of dead shared storages that no receiver holds any more;
+// returns how many (torch.openreg.ipc_collect; the allocator's OOM retry).
+size_t collectSharedBlocks();
 // Receiver side: a storage of handle.device over the sender's memory.
 c10::Storage openSharedStorage(const IpcStorageHandle& handle);
+// Gives a slot's reference back at once (a receiver that already holds the
+// same memory from an earlier handle keeps that one).
+void releaseSharedReference(const std::array<int64_t, 3>& refcounts, int64_t slot);
+// Tensor.record_stream on a received storage: its release also waits for
+// `stream`. False if `ptr` is not a received storage's.
+bool recordStreamOfShared(const c10::DataPtr& ptr, const c10::Stream& stream);
 
 }  // namespace openreg

@@ -5,12 +5,13 @@ import openreg  # noqa: F401
 
 
 def write_back(inbox, outbox):
-    """Receives (tensor, parameter, storage, view), checks them, adds 1 to the
-    tensor in place and reports what it saw."""
-    tensor, param, storage, view = inbox.get()
+    """Receives (tensor, its tail, parameter, storage, view), checks them, adds 1
+    to the tensor in place and reports what it saw."""
+    tensor, tail, param, storage, view = inbox.get(timeout=60)
     seen = {
         "device": str(tensor.device),
         "values": tensor.cpu().tolist(),
+        "one storage": tail.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr(),
         "param": (type(param).__name__, param.requires_grad, param.detach().cpu().tolist()),
         "storage": (str(storage.device), storage.nbytes()),
         "view": view.cpu().tolist(),
@@ -18,19 +19,25 @@ def write_back(inbox, outbox):
     }
     tensor.add_(1)
     view.mul_(10)
-    torch.openreg.synchronize()
+    torch.openreg.synchronize(tensor.device)  # synchronize() alone waits for device 0 only
     outbox.put(seen)
-    assert inbox.get() == "done"
+    assert inbox.get(timeout=60) == "done"
 
 
 def hold(inbox, outbox):
     """Keeps a received tensor while the sender frees and reuses memory, then
-    reports its sum and releases it."""
-    tensor = inbox.get()
+    reports its sum and releases it while a side stream still reads it."""
+    tensor = inbox.get(timeout=60)
     outbox.put("holding")
-    assert inbox.get() == "check"
+    assert inbox.get(timeout=60) == "check"
     outbox.put(tensor.sum().item())
+    side = torch.openreg.Stream()
+    side.wait_stream(torch.openreg.current_stream())
+    with torch.openreg.stream(side):
+        torch.openreg._sleep(300)  # the read below runs well after the release is queued
+        doubled = tensor * 2
+    tensor.record_stream(side)
     del tensor
-    torch.openreg.synchronize()  # the release runs after the current stream's work
-    outbox.put("released")
-    assert inbox.get() == "done"
+    torch.openreg.synchronize()  # the release runs after both streams' work
+    outbox.put(("released", doubled.sum().item()))
+    assert inbox.get(timeout=60) == "done"

@@ -18,18 +18,18 @@ def _script(body):
     return _PRELUDE + textwrap.dedent(body)
 
 
-def _run_with_child(python, target, body):
+def _run_with_child(python, target, body, env=None):
     """Runs `body` in a sender beside a spawned receiver running
     _ipc_children.<target>, which exits once the sender puts "done"."""
     r = python(_script(f"""
-        child = ctx.Process(target=_ipc_children.{target}, args=(inbox, outbox))
+        child = ctx.Process(target=_ipc_children.{target}, args=(inbox, outbox), daemon=True)
         child.start()
     """) + textwrap.dedent(body) + textwrap.dedent("""
         inbox.put("done")
         child.join(60)
         assert child.exitcode == 0
         print("ok")
-    """))
+    """), env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
 
@@ -41,10 +41,11 @@ def test_a_tensor_sent_to_another_process_is_the_same_device_memory(python):
         p = torch.nn.Parameter(torch.ones(2, device="openreg:1"))
         s = torch.full((3,), 7, dtype=torch.int32, device="openreg:1").untyped_storage()
         base = torch.arange(6.0, device="openreg:1")
-        inbox.put((t, p, s, base[2:5]))
+        inbox.put((t, t[1:], p, s, base[2:5]))
         seen = outbox.get(timeout=60)
         assert seen["device"] == "openreg:1", seen
         assert seen["values"] == [0.0, 1.0, 2.0, 3.0], seen
+        assert seen["one storage"], seen  # tensors sharing a storage arrive sharing one
         assert seen["param"] == ("Parameter", True, [1.0, 1.0]), seen
         assert seen["storage"] == ("openreg:1", 12), seen
         assert seen["view"] == [2.0, 3.0, 4.0], seen
@@ -62,6 +63,7 @@ def test_the_sender_keeps_shared_memory_until_the_receiver_releases_it(python):
         t = torch.full((1 << 18,), 2.0, device="openreg")
         inbox.put(t)
         assert outbox.get(timeout=60) == "holding"
+        t.untyped_storage().resize_(0)  # as FSDP frees a parameter's memory
         del t
         torch.openreg.ipc_collect()
         torch.openreg.empty_cache()
@@ -70,7 +72,7 @@ def test_the_sender_keeps_shared_memory_until_the_receiver_releases_it(python):
         others = [torch.full((1 << 18,), -1.0, device="openreg") for _ in range(4)]
         inbox.put("check")
         assert outbox.get(timeout=60) == 2.0 * (1 << 18)
-        assert outbox.get(timeout=60) == "released"
+        assert outbox.get(timeout=60) == ("released", 4.0 * (1 << 18))
         torch.openreg.ipc_collect()
         assert torch.openreg.memory_allocated() == before + 4 * (1 << 20)
     """)
@@ -90,3 +92,41 @@ def test_a_non_leaf_tensor_that_requires_grad_is_refused_as_torch_refuses_it(pyt
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         "Cowardly refusing to serialize non-leaf tensor which requires_grad", "[1.0, 1.0]"]
+
+
+def test_released_shared_memory_is_freed_before_an_out_of_memory_error(python):
+    # A 24 MiB device: a shared 12 MiB block, dropped here and released by
+    # the receiver, is freed when a later allocation would not fit (CUDA's IPC
+    # collect callback).
+    _run_with_child(python, "hold", """
+        t = torch.full((3 << 20,), 2.0, device="openreg")
+        inbox.put(t)
+        assert outbox.get(timeout=60) == "holding"
+        del t
+        inbox.put("check")
+        outbox.get(timeout=60)
+        outbox.get(timeout=60)  # released
+        torch.openreg.empty_cache()
+        x = torch.empty(4 << 20, device="openreg")  # fits only once the shared block is freed
+    """, env={"OPENREG_DEVICE_MEMORY": str(24 << 20)})
+
+
+def test_sharing_in_a_forked_child_raises_instead_of_crashing(python):
+    r = python(_script("""
+        import os
+        from multiprocessing.reduction import ForkingPickler
+        t = torch.ones(4, device="openreg")
+        ForkingPickler.dumps(t)  # a share before the fork maps the reference counts
+        pid = os.fork()
+        if pid == 0:
+            torch.openreg.ipc_collect()  # nothing to free in a child: no crash
+            try:
+                ForkingPickler.dumps(t)
+                os._exit(3)
+            except RuntimeError as e:
+                os._exit(0 if "forked subprocess" in str(e) else 4)
+        _, status = os.waitpid(pid, 0)
+        print(os.waitstatus_to_exitcode(status))
+    """))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"

@@ -139,10 +139,13 @@ std::map<const char*, Import> g_imports;  // by device_base (GUARDED_BY g_import
 std::atomic<size_t> g_import_count{0};    // g_imports.size(): the lookup's fast path
 
 // The import one of whose views contains ptr, copied (nullopt if none).
-std::optional<Import> importOf(const void* ptr, bool kernel_too = false) {
+// `in_signal_handler`: gives up rather than wait for the lock.
+std::optional<Import> importOf(const void* ptr, bool kernel_too = false,
+                               bool in_signal_handler = false) {
   if (g_import_count.load(std::memory_order_acquire) == 0) return std::nullopt;
   auto p = static_cast<const char*>(ptr);
-  std::lock_guard<std::mutex> lock(g_imports_mutex);
+  std::unique_lock<std::mutex> lock(g_imports_mutex, std::defer_lock);
+  if (in_signal_handler ? !lock.try_lock() : (lock.lock(), false)) return std::nullopt;
   auto it = g_imports.upper_bound(p);
   if (it != g_imports.begin() && p < std::prev(it)->second.device_base + std::prev(it)->second.span)
     return std::prev(it)->second;
@@ -164,7 +167,7 @@ namespace detail {
 int deviceOfInaccessibleAddress(const void* addr) {
   int device = -1;
   if (!arenaOf(addr, &device))
-    if (auto import = importOf(addr)) device = import->device;
+    if (auto import = importOf(addr, false, /*in_signal_handler=*/true)) device = import->device;
   return device;
 }
 }  // namespace detail
