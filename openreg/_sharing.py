@@ -49,9 +49,10 @@ def _open(device, handle):
     key = (*memory, nbytes)
     with _lock:
         ref = _received.get(key)
-        if ref is not None and not ref.expired():
-            _C._ipc_release_reference(refcounts, slot)  # the one already held serves
-            return torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
+        held = None if ref is None else torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
+        if held is not None:
+            _C._ipc_release_reference(refcounts, slot)  # the storage already held serves
+            return held
         storage = _C._ipc_open(*handle).untyped_storage()
         _received[key] = reductions.StorageWeakRef(storage)
         for stale in [k for k, r in _received.items() if r.expired()]:

@@ -302,6 +302,12 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                      blockHost, device, *stream);
   }
 
+  // The capture records a coalesced group's captured parts as one kernel:
+  // a part that is not captured could not be part of it.
+  if (coalescing_ && !captured_.parts.empty())
+    OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name, ": a coalesced group mixes "
+                   "operations captured in a graph with one that is not (CPU tensors, or a "
+                   "stream that does not capture); issue it outside the capture");
   // A coalesced group's work makes one device's stream wait (as NCCL, which
   // refuses groups over several devices): parts on another would be unordered.
   if (coalescing_ && device >= 0) {

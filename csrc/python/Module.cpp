@@ -234,6 +234,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_ipc_collect", &collectSharedBlocks);
   m.def("_ipc_release_reference", &releaseSharedReference);
+  m.def("_ipc_pending_releases", &pendingSharedReleases);
   m.def("_ipc_open", [](int64_t device, int64_t nbytes, std::array<int64_t, 5> memory,
                         std::array<int64_t, 3> refcounts, int64_t slot) {
     c10::Storage storage = openSharedStorage({device, nbytes, memory, refcounts, slot});

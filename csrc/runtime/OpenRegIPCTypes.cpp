@@ -3,6 +3,7 @@
 
 #include <c10/core/DeviceType.h>
 #include <c10/util/Exception.h>
+#include <c10/util/thread_name.h>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,11 +12,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
+#include <unordered_set>
 #include <vector>
 
 #include "OpenRegException.h"
@@ -98,24 +103,32 @@ std::vector<SentData*>& limbo() {  // GUARDED_BY(sentSlots().mutex): dead, still
   static auto* dead = new std::vector<SentData*>();
   return *dead;
 }
+std::unordered_set<SentData*>& alive() {  // GUARDED_BY(sentSlots().mutex): storages still alive
+  static auto* live = new std::unordered_set<SentData*>();
+  return *live;
+}
 
-// Under sentSlots().mutex: true (and the slots free again) if no receiver
-// holds any of `sent`'s slots.
+// Under sentSlots().mutex: frees `sent`'s slots that every receiver gave
+// back; true if none is held any more.
 bool releasedLocked(SentData* sent) {
   SentSlots& s = sentSlots();
-  for (int64_t slot : sent->slots)
-    if (s.slots[slot].load(std::memory_order_acquire) != 0) return false;
-  s.free.insert(s.free.end(), sent->slots.begin(), sent->slots.end());
-  sent->slots.clear();
-  return true;
+  auto held = std::stable_partition(sent->slots.begin(), sent->slots.end(), [&](int64_t slot) {
+    return s.slots[slot].load(std::memory_order_acquire) != 0;
+  });
+  s.free.insert(s.free.end(), held, sent->slots.end());
+  sent->slots.erase(held, sent->slots.end());
+  return sent->slots.empty();
 }
 
 void deleteSent(void* context) {
   auto* sent = static_cast<SentData*>(context);
+  // A forked child's copy: the slots are the parent's (and not mapped here).
+  if (orIsForkedChild()) return;
   {
     std::lock_guard<std::mutex> lock(sentSlots().mutex);
+    alive().erase(sent);
     if (!releasedLocked(sent)) {
-      limbo().push_back(sent);
+      limbo().push_back(sent);  // reserved at the share: never allocates here
       return;
     }
   }
@@ -138,16 +151,59 @@ struct Imported {
   }
 };
 
-// One stream per device that releases received storages, after waiting for
-// the streams that may still use them (waits on it order nothing of the
-// user's, so the race checker sees no synchronisation the program lacks).
-orStream releaseStream(c10::DeviceIndex device) {
-  static std::mutex mutex;
-  static std::map<c10::DeviceIndex, orStream> streams;
-  std::lock_guard<std::mutex> lock(mutex);
-  orStream& stream = streams[device];
-  if (!stream && orStreamCreate(device, &stream) != orSuccess) stream = nullptr;
-  return stream;
+// Releases received storages once the streams that may still use them have
+// passed the point of the release: polled on a thread of its own, without
+// synchronising (the race checker sees no synchronisation the program lacks),
+// and a failed stream, which runs nothing more, counts as passed.
+class ImportReleaser {
+ public:
+  void add(Imported* imported, std::vector<orEvent> events) {
+    pending.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.push_back({imported, std::move(events)});
+      if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    }
+    cv_.notify_one();
+  }
+
+  std::atomic<int64_t> pending{0};  // releases queued and not done
+
+ private:
+  struct Pending {
+    Imported* imported;
+    std::vector<orEvent> events;
+  };
+  void run() {
+    c10::setThreadName("oreg_ipc_free");
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return !pending_.empty(); });
+      std::vector<Pending> batch;
+      batch.swap(pending_);
+      lock.unlock();
+      for (auto& p : batch) {
+        for (orEvent e : p.events) {
+          for (auto delay = std::chrono::microseconds(50); orEventQueryNoSync(e) == orErrorNotReady;
+               delay = std::min(delay * 2, std::chrono::microseconds(5000)))
+            std::this_thread::sleep_for(delay);
+          orEventDestroy(e);
+        }
+        p.imported->release();
+        pending.fetch_sub(1);
+      }
+      lock.lock();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<Pending> pending_;  // GUARDED_BY(mutex_)
+  std::thread thread_;
+};
+
+ImportReleaser& importReleaser() {
+  static auto* releaser = new ImportReleaser();  // runs until exit
+  return *releaser;
 }
 
 // Stream-ordered, as the caching allocator frees: after the work queued on
@@ -155,26 +211,28 @@ orStream releaseStream(c10::DeviceIndex device) {
 void releaseImported(void* context) {
   auto* imported = static_cast<Imported*>(context);
   if (orIsForkedChild()) return;  // the parent's mapping; nothing to give back
+  std::vector<orEvent> events;
   try {
     std::vector<c10::Stream> streams{getCurrentStream(imported->device)};
     streams.insert(streams.end(), imported->used_on.begin(), imported->used_on.end());
     // A graph captured now may replay over the memory: kept for good.
     for (const auto& stream : streams)
       if (orStreamIsCapturing(rawStream(stream))) return;
-    orStream releaser = releaseStream(imported->device);
-    bool ordered = releaser != nullptr;
     for (const auto& stream : streams) {
       orEvent event = nullptr;
-      ordered = ordered && orEventCreate(&event, false) == orSuccess &&
-                orEventRecord(event, rawStream(stream)) == orSuccess &&
-                orStreamWaitEvent(releaser, event) == orSuccess;
-      if (event) orEventDestroy(event);
+      if (orEventCreate(&event, false) != orSuccess) continue;
+      events.push_back(event);
+      if (orEventRecord(event, rawStream(stream)) != orSuccess) {  // a failed stream: passed
+        orEventDestroy(event);
+        events.pop_back();
+      }
     }
-    if (ordered && orLaunchKernel(releaser, [imported] { imported->release(); }) == orSuccess)
-      return;
+    importReleaser().add(imported, std::move(events));
+    return;
   } catch (...) {
   }
-  imported->release();  // failed streams run nothing more
+  for (orEvent e : events) orEventDestroy(e);
+  imported->release();  // could not order it: nothing left to wait with
 }
 
 void checkNotForked() {
@@ -189,6 +247,9 @@ IpcStorageHandle shareStorage(c10::Storage& storage) {
   const c10::Device device = storage.device();
   TORCH_CHECK(device.type() == c10::DeviceType::PrivateUse1, "not an openreg storage");
   TORCH_CHECK(storage.nbytes() > 0 && storage.data(), "an empty storage has no memory to share");
+  // A copy-on-write storage gets memory of its own first (it may allocate):
+  // what the receiver maps must be this storage's alone.
+  storage.mutable_data();
   collectSharedBlocks();
   // The receiver may read at once: everything queued that may write it has run.
   synchronizeDevice(device.index());
@@ -201,10 +262,14 @@ IpcStorageHandle shareStorage(c10::Storage& storage) {
   if (!sent.free.empty()) {
     slot = sent.free.back();
     sent.free.pop_back();
-  } else {
-    TORCH_CHECK(sent.next < kSlots, "openreg: ", kSlots, " shared storages are still held by "
-                "receiving processes; call torch.openreg.ipc_collect() after they released some");
+  } else if (sent.next < kSlots) {
     slot = sent.next++;
+  } else {
+    for (SentData* live : alive()) releasedLocked(live);  // given back by live storages' receivers
+    TORCH_CHECK(!sent.free.empty(), "openreg: ", kSlots, " shared storages are still held by "
+                "receiving processes; call torch.openreg.ipc_collect() after they released some");
+    slot = sent.free.back();
+    sent.free.pop_back();
   }
   sent.slots[slot].store(1, std::memory_order_release);  // this pickling's receiver
   // The first share hands the block to a SentData (CUDA's _share_cuda_ swap).
@@ -212,9 +277,13 @@ IpcStorageHandle shareStorage(c10::Storage& storage) {
   if (data.get_deleter() != &deleteSent) {
     void* ptr = data.get();
     auto* owner = new SentData{std::move(data), {}};
+    alive().insert(owner);
     storage.set_data_ptr_noswap(c10::DataPtr(ptr, owner, &deleteSent, device));
   }
-  static_cast<SentData*>(storage.data_ptr().get_context())->slots.push_back(slot);
+  auto* owner = static_cast<SentData*>(storage.data_ptr().get_context());
+  releasedLocked(owner);  // slots of earlier shares given back since
+  owner->slots.push_back(slot);
+  limbo().reserve(limbo().size() + alive().size());  // deleteSent must not allocate
   IpcStorageHandle handle;
   handle.device = device.index();
   handle.nbytes = static_cast<int64_t>(storage.nbytes());
@@ -268,14 +337,20 @@ c10::Storage openSharedStorage(const IpcStorageHandle& handle) {
 }
 
 void releaseSharedReference(const std::array<int64_t, 3>& refcounts, int64_t slot) {
+  checkNotForked();
   TORCH_CHECK(slot >= 0 && slot < kSlots, "openreg: a malformed shared-storage handle");
   if (std::atomic<int64_t>* slots = receivedSlots(refcounts))
     slots[slot].fetch_sub(1, std::memory_order_acq_rel);
 }
 
+int64_t pendingSharedReleases() { return importReleaser().pending.load(); }
+
 bool recordStreamOfShared(const c10::DataPtr& ptr, const c10::Stream& stream) {
-  if (ptr.get_deleter() != &releaseImported) return false;
-  auto* imported = static_cast<Imported*>(ptr.get_context());
+  const c10::DataPtr* data = &ptr;
+  if (data->get_deleter() == &deleteSent)  // shared on again: the block it owns
+    data = &static_cast<SentData*>(data->get_context())->original;
+  if (data->get_deleter() != &releaseImported) return false;
+  auto* imported = static_cast<Imported*>(data->get_context());
   std::lock_guard<std::mutex> lock(imported->mutex);
   imported->used_on.push_back(stream);
   return true;

@@ -42,6 +42,8 @@ c10::Storage openSharedStorage(const IpcStorageHandle& handle);
 // Gives a slot's reference back at once (a receiver that already holds the
 // same memory from an earlier handle keeps that one).
 void releaseSharedReference(const std::array<int64_t, 3>& refcounts, int64_t slot);
+// Received storages dropped whose release still waits for their streams.
+int64_t pendingSharedReleases();
 // Tensor.record_stream on a received storage: its release also waits for
 // `stream`. False if `ptr` is not a received storage's.
 bool recordStreamOfShared(const c10::DataPtr& ptr, const c10::Stream& stream);

@@ -1,7 +1,9 @@
 """Receivers for tests/runtime/test_ipc.py, run in processes that
 torch.multiprocessing spawns (they must be importable by name there)."""
+import time
+
 import torch
-import openreg  # noqa: F401
+import openreg
 
 
 def write_back(inbox, outbox):
@@ -38,6 +40,8 @@ def hold(inbox, outbox):
         doubled = tensor * 2
     tensor.record_stream(side)
     del tensor
-    torch.openreg.synchronize()  # the release runs after both streams' work
+    torch.openreg.synchronize()  # the release runs after both streams' work,
+    while openreg._C._ipc_pending_releases():  # on a thread of its own
+        time.sleep(0.001)
     outbox.put(("released", doubled.sum().item()))
     assert inbox.get(timeout=60) == "done"

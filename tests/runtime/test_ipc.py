@@ -38,6 +38,7 @@ def test_a_tensor_sent_to_another_process_is_the_same_device_memory(python):
     _run_with_child(python, "write_back", """
         torch.openreg.set_device(1)
         t = torch.arange(4.0, device="openreg:1")
+        lazy_copy = torch._lazy_clone(t)  # copy-on-write: sharing t gives t memory of its own
         p = torch.nn.Parameter(torch.ones(2, device="openreg:1"))
         s = torch.full((3,), 7, dtype=torch.int32, device="openreg:1").untyped_storage()
         base = torch.arange(6.0, device="openreg:1")
@@ -53,6 +54,7 @@ def test_a_tensor_sent_to_another_process_is_the_same_device_memory(python):
         assert seen["allocated"] == 0, seen
         # Its writes (in place, on the view's offset too) are the sender's tensors'.
         assert t.cpu().tolist() == [1.0, 2.0, 3.0, 4.0], t
+        assert lazy_copy.cpu().tolist() == [0.0, 1.0, 2.0, 3.0], lazy_copy
         assert base.cpu().tolist() == [0.0, 1.0, 20.0, 30.0, 40.0, 5.0], base
     """)
 
@@ -124,7 +126,10 @@ def test_sharing_in_a_forked_child_raises_instead_of_crashing(python):
                 ForkingPickler.dumps(t)
                 os._exit(3)
             except RuntimeError as e:
-                os._exit(0 if "forked subprocess" in str(e) else 4)
+                if "forked subprocess" not in str(e):
+                    os._exit(4)
+            del t  # the inherited shared storage dies here: no crash either
+            os._exit(0)
         _, status = os.waitpid(pid, 0)
         print(os.waitstatus_to_exitcode(status))
     """))
