@@ -1,6 +1,7 @@
 // torch.multiprocessing's sharing of openreg storages (OpenRegIPCTypes.h).
 #include "OpenRegIPCTypes.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/DeviceType.h>
 #include <c10/util/Exception.h>
 #include <c10/util/thread_name.h>
@@ -248,7 +249,9 @@ IpcStorageHandle shareStorage(c10::Storage& storage) {
   TORCH_CHECK(device.type() == c10::DeviceType::PrivateUse1, "not an openreg storage");
   TORCH_CHECK(storage.nbytes() > 0 && storage.data(), "an empty storage has no memory to share");
   // A copy-on-write storage gets memory of its own first (it may allocate):
-  // what the receiver maps must be this storage's alone.
+  // what the receiver maps must be this storage's alone. On its own device:
+  // a queue's feeder thread pickles, whose current device is another one.
+  c10::DeviceGuard guard(device);
   storage.mutable_data();
   collectSharedBlocks();
   // The receiver may read at once: everything queued that may write it has run.

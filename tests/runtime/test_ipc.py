@@ -37,6 +37,7 @@ def _run_with_child(python, target, body, env=None):
 def test_a_tensor_sent_to_another_process_is_the_same_device_memory(python):
     _run_with_child(python, "write_back", """
         torch.openreg.set_device(1)
+        torch.openreg._sleep(300)  # t is still being written when the queue's thread pickles it
         t = torch.arange(4.0, device="openreg:1")
         lazy_copy = torch._lazy_clone(t)  # copy-on-write: sharing t gives t memory of its own
         p = torch.nn.Parameter(torch.ones(2, device="openreg:1"))
