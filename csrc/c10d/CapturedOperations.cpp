@@ -164,16 +164,7 @@ std::pair<std::function<void()>, std::function<void()>> OregBackend::issueReplay
   op.ready = std::make_shared<std::atomic<bool>>(false);
   auto ready = op.ready;
   auto transport = transport_;
-  {
-    std::lock_guard<std::mutex> g(mutex_);
-    if (shutDown_)
-      OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", part.name,
-                     " (graph replay) after the process group was shut down or aborted");
-    queue_.push_back(std::move(op));
-    queued_.fetch_add(1, std::memory_order_release);
-  }
-  cv_.notify_all();
-  transport_->wakeup();
+  pushOp(std::move(op), part.name + " (graph replay)");
   auto ticket = std::make_shared<ReplayTicket>(std::move(ready), std::move(transport),
                                                c10::str("oreg_ccl: rank ", getRank(), ": ", what));
   return {[ticket] { ticket->start(); }, work->holdUntilDone(/*raises=*/true)};

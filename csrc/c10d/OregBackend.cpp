@@ -402,26 +402,28 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   // run the queue through it here (runQueuedThrough).
   const bool nested = t_completingFor == this && !coalescing_;
   const std::shared_ptr<OregWork::WorkerRef> mine = nested ? op.work : nullptr;
-  {
-    std::lock_guard<std::mutex> g(mutex_);
-    // Checked again: shutdown() may have begun since the check above, and an
-    // operation queued after the worker stopped would never finish.
-    if (shutDown_)
-      OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
-                     " called after the process group was shut down or aborted");
-    queue_.push_back(std::move(op));
-    queued_.fetch_add(1, std::memory_order_release);
-  }
+  pushOp(std::move(op), name);  // checks shutdown() again: it may have begun since
   // Queued, so it will complete (run, fail or be failed by shutdown).
   if (device >= 0) waitAtDeviceSynchronize(device, work->completion(), work->sanitizerPoint());
-  cv_.notify_all();
-  transport_->wakeup();
   if (coalescing_) coalesced_.push_back(work);
   if (nested) {
     if (issuing.owns_lock()) issuing.unlock();  // the operations run may issue again
     runQueuedThrough(mine);
   }
   return work;
+}
+
+void OregBackend::pushOp(Op&& op, const std::string& name) {
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (shutDown_)
+      OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
+                     " called after the process group was shut down or aborted");
+    queue_.push_back(std::move(op));
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
+  transport_->wakeup();
 }
 
 void OregBackend::runQueuedThrough(const std::shared_ptr<OregWork::WorkerRef>& mine) {

@@ -256,6 +256,9 @@ class OregBackend final : public c10d::Backend {
   // and a kernel holding the stream until it completes.
   std::pair<std::function<void()>, std::function<void()>> issueReplay(const CapturedOp& part,
                                                                       orStream stream);
+  // Queues `op` for the worker and wakes it. Raises if shutdown() began: an
+  // operation queued after the worker stopped would never finish.
+  void pushOp(Op&& op, const std::string& name);
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds requested) const;
   void workerLoop();
   void runOp(Op& op);

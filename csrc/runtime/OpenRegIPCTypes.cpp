@@ -27,6 +27,7 @@
 #include "OpenRegException.h"
 #include "OpenRegFunctions.h"
 #include "OpenRegStream.h"
+#include "driver/PeerMemfd.h"
 
 namespace openreg {
 namespace {
@@ -78,17 +79,10 @@ std::atomic<int64_t>* receivedSlots(const std::array<int64_t, 3>& id) {
   std::lock_guard<std::mutex> lock(mutex);
   auto it = mapped->find(id);
   if (it != mapped->end()) return it->second;
-  const std::string path = "/proc/" + std::to_string(id[0]) + "/fd/" + std::to_string(id[1]);
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  const int fd = openPeerMemfd(id[0], id[1], static_cast<uint64_t>(id[2]), kSlotBytes,
+                               kRefcountsName);
   if (fd < 0) return nullptr;
-  struct stat st{};
-  char link[64] = {};
-  const std::string opened = "/proc/self/fd/" + std::to_string(fd);
-  const bool valid = fstat(fd, &st) == 0 && static_cast<int64_t>(st.st_ino) == id[2] &&
-                     static_cast<size_t>(st.st_size) == kSlotBytes &&
-                     readlink(opened.c_str(), link, sizeof(link) - 1) > 0 &&
-                     std::strncmp(link, "/memfd:openreg-ipc-refcounts", 28) == 0;
-  std::atomic<int64_t>* slots = valid ? mapSlots(fd) : nullptr;
+  std::atomic<int64_t>* slots = mapSlots(fd);
   close(fd);
   if (slots) mapped->emplace(id, slots);
   return slots;

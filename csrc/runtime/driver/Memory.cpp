@@ -12,6 +12,7 @@
 // allocation, as a GPU maps physical pages into a large virtual space. The memfd stays open so that other
 // processes can map it (orIpcOpenMemHandle).
 #include "Internal.h"
+#include "PeerMemfd.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -281,23 +282,10 @@ namespace {
 // fd number was reused, it is not, and this fails).
 orError openOwnerArena(const orIpcMemHandle& handle, int* fd) {
   if (handle.fd < 0 || handle.offset >= handle.arenaBytes) return orErrorInvalidValue;
-  const std::string path =
-      "/proc/" + std::to_string(handle.pid) + "/fd/" + std::to_string(handle.fd);
-  *fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (*fd < 0)
-    return errno == EMFILE || errno == ENFILE || errno == ENOMEM ? orErrorMemoryAllocation
-                                                                 : orErrorInvalidValue;
-  struct stat st{};
-  char link[64] = {};
-  const std::string opened = "/proc/self/fd/" + std::to_string(*fd);
-  const bool isArena = fstat(*fd, &st) == 0 && S_ISREG(st.st_mode) &&
-                       static_cast<uint64_t>(st.st_ino) == handle.inode &&
-                       static_cast<uint64_t>(st.st_size) == handle.arenaBytes &&
-                       readlink(opened.c_str(), link, sizeof(link) - 1) > 0 &&
-                       std::strncmp(link, "/memfd:openreg-device-", 22) == 0;
-  if (isArena) return orSuccess;
-  close(*fd);
-  return orErrorInvalidValue;
+  *fd = openPeerMemfd(handle.pid, handle.fd, handle.inode, handle.arenaBytes, "openreg-device-");
+  if (*fd >= 0) return orSuccess;
+  return errno == EMFILE || errno == ENFILE || errno == ENOMEM ? orErrorMemoryAllocation
+                                                               : orErrorInvalidValue;
 }
 
 // Maps [offset, offset + bytes) of fd with `prot`, not dumped nor inherited

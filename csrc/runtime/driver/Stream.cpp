@@ -440,21 +440,26 @@ orStream orStreamCaptureOrigin(orStream stream) {
 orPrepare orGraphPrepare(orGraph graph) {
   // Kernels stay callable after running (Launch.h's closures hold views and
   // values, not one-shot state), so a replay calls the captured ones again;
-  // only prepared ones are made anew, for this launch.
+  // only prepared ones are made anew, for this launch, in place of their
+  // empty placeholders (`prepared` is in kernel order).
   return [kernels = graph->kernels, prepared = graph->prepared](orStream stream) {
-    std::function<void()> run;
     if (prepared->empty()) {
-      run = [kernels] {
+      return std::function<void()>([kernels] {
         for (const auto& kernel : *kernels) kernel();
-      };
-    } else {
-      auto launch = std::make_shared<std::vector<std::function<void()>>>(*kernels);
-      for (const auto& [index, prepare] : *prepared) (*launch)[index] = prepare(stream);
-      run = [launch] {
-        for (const auto& kernel : *launch) kernel();
-      };
+      });
     }
-    return run;
+    std::vector<std::pair<size_t, std::function<void()>>> made;
+    made.reserve(prepared->size());
+    for (const auto& [index, prepare] : *prepared) made.emplace_back(index, prepare(stream));
+    return std::function<void()>([kernels, made = std::move(made)] {
+      auto next = made.begin();
+      for (size_t i = 0; i < kernels->size(); ++i) {
+        if (next != made.end() && next->first == i)
+          (next++)->second();
+        else
+          (*kernels)[i]();
+      }
+    });
   };
 }
 
