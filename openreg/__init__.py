@@ -51,6 +51,7 @@ from .streams import (
     stream,
 )
 from .memory import (
+    MemPool,
     caching_allocator_alloc,
     caching_allocator_delete,
     device_memory_used,
@@ -78,6 +79,7 @@ from .memory import (
     reset_peak_host_memory_stats,
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
+    use_mem_pool,
 )
 from .random import (
     default_generators,
@@ -126,7 +128,7 @@ def __getattr__(name):
 
 
 __all__ = [
-    "Event", "Graph", "OutOfMemoryError", "Stream", "StreamContext", "caching_allocator_alloc",
+    "Event", "Graph", "MemPool", "OutOfMemoryError", "Stream", "StreamContext", "caching_allocator_alloc",
     "caching_allocator_delete", "can_device_access_peer", "current_device", "current_stream",
     "default_stream", "device", "device_count", "device_memory_used", "device_of", "empty_cache",
     "get_allocator_backend", "get_amp_supported_dtype", "get_device_capability", "get_device_name",
@@ -140,5 +142,5 @@ __all__ = [
     "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
     "reset_peak_memory_stats", "seed", "seed_all", "set_device", "set_per_process_memory_fraction",
     "set_rng_state", "set_rng_state_all", "set_stream", "set_sync_debug_mode", "stream",
-    "synchronize",
+    "synchronize", "use_mem_pool",
 ]

@@ -2,8 +2,9 @@
 
 Statistics come from the caching allocator in csrc/runtime/OpenRegCachingAllocator.cpp
 through torch.accelerator, with the same key names as torch.cuda.memory_stats.
-Tests: tests/runtime/test_memory.py, test_memory_history.py.
+Tests: tests/runtime/test_memory.py, test_memory_history.py, test_mem_pool.py.
 """
+import contextlib
 import os
 import pickle
 import sys
@@ -75,12 +76,59 @@ def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
         pickle.dump(_snapshot(), f)
 
 
-def memory_snapshot(mempool_id=None) -> list:
-    """Every segment of every device with its blocks, as torch.cuda.memory_snapshot()
-    (there are no memory pools: `mempool_id` must be None)."""
-    if mempool_id is not None:
-        raise NotImplementedError("openreg has no memory pools (torch.cuda.MemPool)")
-    return _C._snapshot()["segments"] if is_initialized() else []
+def memory_snapshot(mempool_id=None, include_traces=True) -> list:
+    """Every segment of every device with its blocks, as torch.cuda.memory_snapshot();
+    only those of the pool `mempool_id` (a MemPool's or a graph's id) if given.
+    `include_traces` is accepted for torch.cuda's signature: segments carry no traces."""
+    segments = _C._snapshot()["segments"] if is_initialized() else []
+    if mempool_id is None:
+        return segments
+    mempool_id = tuple(mempool_id)
+    return [s for s in segments if tuple(s["segment_pool_id"]) == mempool_id]
+
+
+class MemPool(_C._MemPool):
+    """A pool of the caching allocator, as torch.cuda.MemPool: only allocations
+    routed to it (`use_mem_pool`, or a graph captured with ``pool=pool.id``) use
+    its memory, which empty_cache() leaves alone while the pool lives; when the
+    pool is deleted its unused memory goes back to the device and its blocks
+    still allocated become ordinary ones.
+
+    use_on_oom: an allocation outside the pool that finds no memory may take a
+    free block of the pool (one its stream allocated). no_split: the pool's
+    blocks are never split. Custom allocators (`allocator=`, CUDA's pluggable
+    allocators) are not built for openreg."""
+
+    def __init__(self, allocator=None, use_on_oom: bool = False, no_split: bool = False):
+        if allocator is not None:
+            raise NotImplementedError(
+                "openreg's MemPool takes no allocator: pluggable allocators are not built for openreg")
+        _lazy_init()
+        super().__init__(use_on_oom, no_split)
+
+    @property
+    def allocator(self):
+        """None: the pool's memory comes from the caching allocator."""
+        return None
+
+    def snapshot(self, include_traces=True) -> list:
+        """The pool's segments, as memory_snapshot(self.id)."""
+        return memory_snapshot(self.id, include_traces=include_traces)
+
+
+@contextlib.contextmanager
+def use_mem_pool(pool: MemPool, device=None):
+    """Routes the calling thread's allocations on `device` (the current device
+    if None) to `pool` inside the block, as torch.cuda.use_mem_pool. Other
+    threads (autograd's backward threads included) allocate as before."""
+    if not isinstance(pool, MemPool):
+        raise TypeError(f"use_mem_pool expects a torch.openreg.MemPool, got {type(pool).__name__}")
+    index = current_device() if device is None else _get_device_index(device)
+    _C._begin_allocate_current_thread_to_pool(index, pool.id)
+    try:
+        yield
+    finally:
+        _C._end_allocate_current_thread_to_pool(index, pool.id)
 
 
 def set_per_process_memory_fraction(fraction, device=None) -> None:

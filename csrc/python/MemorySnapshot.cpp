@@ -16,6 +16,7 @@
 #include <unordered_map>
 
 #include "../runtime/OpenRegCachingAllocator.h"
+#include "../runtime/OpenRegMemPool.h"
 
 // Declared as in torch/csrc/profiler/python/combined_traceback.h, which the
 // wheel ships without the nlohmann/json header it includes.
@@ -100,7 +101,7 @@ py::dict snapshot() {
         py::arg("total_size") = s.total_size, py::arg("allocated_size") = s.allocated_size,
         py::arg("active_size") = s.active_size, py::arg("requested_size") = s.requested_size,
         py::arg("stream") = s.stream, py::arg("segment_type") = s.small ? "small" : "large",
-        py::arg("segment_pool_id") = py::make_tuple(0, 0), py::arg("is_expandable") = false,
+        py::arg("segment_pool_id") = poolIdOf(s.pool), py::arg("is_expandable") = false,
         py::arg("frames") = py::list(), py::arg("blocks") = blocks));
   }
   py::list deviceTraces;

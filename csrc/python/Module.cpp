@@ -23,6 +23,7 @@
 #include "../runtime/OpenRegGraph.h"
 #include "../runtime/OpenRegHostAllocator.h"
 #include "../runtime/OpenRegIPCTypes.h"
+#include "../runtime/OpenRegMemPool.h"
 #include "../runtime/OpenRegStream.h"
 
 namespace py = pybind11;
@@ -115,6 +116,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("_graph_pool_handle", [] {
     c10::MempoolId_t id = graphPoolHandle();
     return py::make_tuple(id.first, id.second);
+  });
+  // torch.openreg.MemPool / use_mem_pool (OpenRegMemPool.cpp)
+  py::class_<MemPool, std::shared_ptr<MemPool>>(m, "_MemPool")
+      .def(py::init<bool, bool>(), py::arg("use_on_oom") = false, py::arg("no_split") = false)
+      .def_property_readonly("id", [](const MemPool& p) { return p.id(); })
+      .def_property_readonly("device", [](const MemPool& p) { return static_cast<int>(p.device()); })
+      .def("use_count", [](const MemPool& p) { return poolUseCount(p.id()); });
+  m.def("_begin_allocate_current_thread_to_pool", [](int device, c10::MempoolId_t id) {
+    beginAllocateCurrentThreadToPool(static_cast<c10::DeviceIndex>(device), id);
+  });
+  m.def("_end_allocate_current_thread_to_pool", [](int device, c10::MempoolId_t id) {
+    endAllocateCurrentThreadToPool(static_cast<c10::DeviceIndex>(device), id);
   });
 
   m.def("_set_sync_debug_mode", [](int mode) { set_sync_debug_mode(mode); });

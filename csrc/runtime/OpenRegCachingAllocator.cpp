@@ -98,6 +98,21 @@ struct Block {
   bool isSplit() const { return prev || next; }
 };
 
+// A MemPool's settings (OpenRegMemPool.h).
+struct PoolOptions {
+  bool useOnOom = false;  // its cached blocks serve other allocations that found no memory
+  bool noSplit = false;   // its blocks are never split
+};
+
+// torch.openreg.use_mem_pool: (device, pool) entries of this thread, innermost last.
+thread_local std::vector<std::pair<c10::DeviceIndex, uint64_t>> t_threadPools;
+
+uint64_t threadPool(c10::DeviceIndex device) {
+  for (auto it = t_threadPools.rbegin(); it != t_threadPools.rend(); ++it)
+    if (it->first == device) return it->second;
+  return 0;
+}
+
 struct BlockOrder {
   bool operator()(const Block* a, const Block* b) const {
     if (a->stream != b->stream) return a->stream < b->stream;
@@ -150,14 +165,22 @@ class DeviceCache {
     // A capturing stream allocates from its graph's private pool: blocks keyed
     // by the pool instead of a stream, which no other allocation finds.
     if (!captures_.empty()) stream = captureKey(stream);
+    // torch.openreg.use_mem_pool on this thread (a capture's pool comes first).
+    if (C10_UNLIKELY(!t_threadPools.empty()) && !pools_.count(stream))
+      if (uint64_t number = threadPool(device_)) stream = poolKey(number, stream);
     Block* block = takeCached(small, size, stream);
     const bool traced = recordsContext(RecordContext::kAlloc);
     if (!block) {
       // Collecting waits for the device, which would end a capture (see allocateSegment).
       if (garbageCollectionOn() && captures_.empty()) collectGarbage();
       block = allocateSegment(small, size, stream);
-      trace_.record(MemoryAction::kSegmentAlloc, block->ptr, block->size, owningStream(stream),
-                    traced ? context : nullptr);
+      if (block)
+        trace_.record(MemoryAction::kSegmentAlloc, block->ptr, block->size, owningStream(stream),
+                      traced ? context : nullptr);
+      else
+        block = takeFromPoolsUsedOnOom(small, size, stream);
+      // CUDA's message names the segment it tried to get, not the request.
+      if (!block) raiseOutOfMemory(segmentSize(size));
     }
     splitIfWorthIt(block, size);
     block->state = Block::State::kAllocated;
@@ -228,22 +251,42 @@ class DeviceCache {
   // replay writes only memory its graph owns.
   void beginAllocateToPool(uint64_t number, c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(mutex_);
-    // One key per pool and capturing stream: a pool's blocks stay ordered
-    // with the stream that allocated them, also after releasePool.
-    auto [it, fresh] = poolKeys_.try_emplace({number, stream});
-    if (fresh) {
-      it->second = static_cast<c10::StreamId>((uint64_t{1} << 62) | ++poolKeysMade_);
-      pools_.emplace(it->second, stream);
-    }
-    captures_[rawStreamOf(stream)] = it->second;
+    captures_[rawStreamOf(stream)] = poolKey(number, stream);
   }
   void endAllocateToPool(c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(mutex_);
     captures_.erase(rawStreamOf(stream));
   }
-  // The pool's blocks become ordinary blocks of the stream it captured.
+  // torch.openreg.MemPool(use_on_oom=..., no_split=...).
+  void setPoolOptions(uint64_t number, PoolOptions options) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    poolOptions_[number] = options;
+  }
+
+  // Returns the pool's segments with nothing allocated to the driver (a
+  // MemPool's end, as CUDA's emptyCache(pool)), after the streams that may
+  // still use them.
+  void emptyPoolCache(uint64_t number) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (poolKeys_.lower_bound({number, std::numeric_limits<c10::StreamId>::min()}) ==
+        poolKeys_.end())
+      return;
+    waitForDeviceAndPendingUses();
+    processPendingFrees();
+    for (bool small : {true, false}) {
+      BlockPool& blocks = pool(small);
+      for (auto it = blocks.begin(); it != blocks.end();) {
+        auto key = pools_.find((*it)->stream);
+        const bool mine = key != pools_.end() && key->second.number == number;
+        it = mine && !(*it)->isSplit() ? releaseSegment(blocks, it) : std::next(it);
+      }
+    }
+  }
+
+  // The pool's blocks become ordinary blocks of the streams that allocated them.
   void releasePool(uint64_t number) {
     std::lock_guard<std::mutex> lock(mutex_);
+    poolOptions_.erase(number);
     auto it = poolKeys_.lower_bound({number, std::numeric_limits<c10::StreamId>::min()});
     while (it != poolKeys_.end() && it->first.first == number) {
       const c10::StreamId key = it->second, owner = it->first.second;
@@ -310,8 +353,10 @@ class DeviceCache {
     for (Block* b : large_blocks_) addHead(b);
     std::sort(heads.begin(), heads.end(), [](Block* a, Block* b) { return a->ptr < b->ptr; });
     for (Block* head : heads) {
+      auto key = pools_.find(head->stream);
       SegmentInfo segment{device_, reinterpret_cast<uintptr_t>(head->ptr), 0, 0, 0, 0,
-                          owningStream(head->stream), head->small, {}};
+                          owningStream(head->stream), head->small,
+                          key == pools_.end() ? 0 : key->second.number, {}};
       for (Block* b = head; b; b = b->next) {
         const char* state = b->state == Block::State::kAllocated     ? "active_allocated"
                             : b->state == Block::State::kPendingFree ? "active_pending_free"
@@ -377,10 +422,39 @@ class DeviceCache {
   BlockPool& pool(bool small) { return small ? small_blocks_ : large_blocks_; }
 
   bool inLivePool(const Block* b) const { return pools_.count(b->stream) != 0; }
-  // The stream a block's memory is ordered with (a pool's: the captured one).
+  // The stream a block's memory is ordered with (a pool's: the one that allocated it).
   c10::StreamId owningStream(c10::StreamId key) const {
     auto it = pools_.find(key);
-    return it == pools_.end() ? key : it->second;
+    return it == pools_.end() ? key : it->second.owner;
+  }
+  // One key per pool and allocating stream: a pool's blocks stay ordered
+  // with the stream that allocated them, also after releasePool.
+  c10::StreamId poolKey(uint64_t number, c10::StreamId stream) {
+    auto [it, fresh] = poolKeys_.try_emplace({number, stream});
+    if (fresh) {
+      it->second = static_cast<c10::StreamId>((uint64_t{1} << 62) | ++poolKeysMade_);
+      pools_.emplace(it->second, PoolKey{stream, number});
+    }
+    return it->second;
+  }
+  const PoolOptions* optionsOf(c10::StreamId key) const {
+    if (poolOptions_.empty()) return nullptr;
+    auto pool = pools_.find(key);
+    if (pool == pools_.end()) return nullptr;
+    auto options = poolOptions_.find(pool->second.number);
+    return options == poolOptions_.end() ? nullptr : &options->second;
+  }
+  // CUDA's last resort for an allocation outside any pool that found no
+  // memory: a cached block of the stream in a MemPool made with use_on_oom.
+  Block* takeFromPoolsUsedOnOom(bool small, size_t size, c10::StreamId stream) {
+    if (pools_.count(stream)) return nullptr;
+    for (const auto& [number, options] : poolOptions_) {
+      if (!options.useOnOom) continue;
+      auto key = poolKeys_.find({number, stream});
+      if (key == poolKeys_.end()) continue;
+      if (Block* block = takeCached(small, size, key->second)) return block;
+    }
+    return nullptr;
   }
   static void rekey(Block* block, c10::StreamId from, c10::StreamId to) {
     if (block->stream == from) block->stream = to;
@@ -436,6 +510,7 @@ class DeviceCache {
   // CUDA's rule: split a small block if a minimal block remains, a large one
   // only if more than a small allocation's worth remains and the request is not oversize.
   void splitIfWorthIt(Block* block, size_t size) {
+    if (const PoolOptions* options = optionsOf(block->stream); options && options->noSplit) return;
     const size_t rest = block->size - size;
     if (block->small ? rest < kMinBlockSize : rest <= kSmallSize || isOversize(size)) return;
     auto* remaining = new Block();
@@ -540,6 +615,8 @@ class DeviceCache {
     return block;
   }
 
+  // A new segment for `stream`, after returning cached memory if need be;
+  // null when the device (or the memory fraction) has no room for it.
   Block* allocateSegment(bool small, size_t size, c10::StreamId stream) {
     const size_t bytes = segmentSize(size);
     void* ptr = nullptr;
@@ -558,8 +635,7 @@ class DeviceCache {
         error = mallocWithinFraction(bytes, &ptr);
       }
     }
-    // CUDA's message names the segment it tried to get, not the request.
-    if (error == orErrorMemoryAllocation) raiseOutOfMemory(bytes);
+    if (error == orErrorMemoryAllocation) return nullptr;
     OPENREG_CHECK(error);
     auto* block = new Block();
     block->ptr = ptr;
@@ -727,10 +803,14 @@ class DeviceCache {
   // (pool, capturing stream), above any stream id c10 hands out.
   std::map<std::pair<uint64_t, c10::StreamId>, c10::StreamId> poolKeys_;  // GUARDED_BY mutex_
   uint64_t poolKeysMade_ = 0;                                  // GUARDED_BY mutex_
-  // Capturing stream -> its key; live key -> the stream it stands for.
   // A capture's origin stream -> its pool key. GUARDED_BY mutex_
   std::unordered_map<orStream, c10::StreamId> captures_;
-  std::unordered_map<c10::StreamId, c10::StreamId> pools_;     // GUARDED_BY mutex_
+  struct PoolKey {
+    c10::StreamId owner;  // the stream it stands for
+    uint64_t number;      // its pool
+  };
+  std::unordered_map<c10::StreamId, PoolKey> pools_;        // live keys; GUARDED_BY mutex_
+  std::map<uint64_t, PoolOptions> poolOptions_;             // MemPools'; GUARDED_BY mutex_
 };
 
 class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
@@ -909,6 +989,26 @@ void endAllocateToPool(c10::DeviceIndex device, c10::StreamId stream) {
 
 void releasePool(c10::DeviceIndex device, uint64_t pool) {
   OpenRegCachingAllocatorImpl::instance().cache(device).releasePool(pool);
+}
+
+void beginAllocateThreadToPool(c10::DeviceIndex device, uint64_t pool) {
+  t_threadPools.emplace_back(device, pool);
+}
+
+void endAllocateThreadToPool(c10::DeviceIndex device, uint64_t pool) {
+  for (auto it = t_threadPools.rbegin(); it != t_threadPools.rend(); ++it)
+    if (it->first == device && it->second == pool) {
+      t_threadPools.erase(std::next(it).base());
+      return;
+    }
+}
+
+void setPoolOptions(c10::DeviceIndex device, uint64_t pool, bool useOnOom, bool noSplit) {
+  OpenRegCachingAllocatorImpl::instance().cache(device).setPoolOptions(pool, {useOnOom, noSplit});
+}
+
+void emptyPoolCache(c10::DeviceIndex device, uint64_t pool) {
+  OpenRegCachingAllocatorImpl::instance().cache(device).emptyPoolCache(pool);
 }
 
 }  // namespace openreg

@@ -68,6 +68,7 @@ struct SegmentInfo {
   size_t total_size, allocated_size, active_size, requested_size;
   c10::StreamId stream;
   bool small;
+  uint64_t pool;  // the allocator's number of its pool, 0 for none
   std::vector<BlockInfo> blocks;
 };
 std::vector<SegmentInfo> memorySnapshot();
@@ -81,5 +82,16 @@ std::vector<std::vector<MemoryTraceEntry>> memoryTraces();
 void beginAllocateToPool(c10::DeviceIndex device, uint64_t pool, c10::StreamId stream);
 void endAllocateToPool(c10::DeviceIndex device, c10::StreamId stream);
 void releasePool(c10::DeviceIndex device, uint64_t pool);
+
+// torch.openreg.MemPool / use_mem_pool (OpenRegMemPool.cpp), the same pools
+// outside graphs: between begin and end the calling thread's allocations on
+// `device`, on any stream, come from `pool` (the innermost such pool).
+void beginAllocateThreadToPool(c10::DeviceIndex device, uint64_t pool);
+void endAllocateThreadToPool(c10::DeviceIndex device, uint64_t pool);
+// use_on_oom: the pool's cached blocks serve an allocation of the device that
+// found no memory; no_split: its blocks are not split. Cleared by releasePool.
+void setPoolOptions(c10::DeviceIndex device, uint64_t pool, bool useOnOom, bool noSplit);
+// Returns the pool's unused segments to the driver (waits for the device).
+void emptyPoolCache(c10::DeviceIndex device, uint64_t pool);
 
 }  // namespace openreg

@@ -14,7 +14,6 @@
 #include <ATen/core/GraphImplInterface.h>
 #include <c10/core/DeviceType.h>
 
-#include <map>
 #include <mutex>
 #include <optional>
 
@@ -24,50 +23,11 @@
 #include "OpenRegFunctions.h"
 #include "OpenRegGraph.h"
 #include "OpenRegKinetoPlugin.h"
+#include "OpenRegMemPool.h"
 #include "OpenRegStream.h"
 
 namespace openreg {
 namespace {
-
-// Pools by id, counted by the graphs using them, each with the allocator's
-// number for it. Ids as CUDA's: a graph's own {n, 0}, a graph_pool_handle()
-// {0, n} that graphs share.
-struct PoolRegistry {
-  std::mutex mutex;
-  uint64_t next = 1;
-  struct Pool {
-    uint64_t number;
-    int graphs = 0;
-  };
-  std::map<c10::MempoolId_t, Pool> pools;
-
-  c10::MempoolId_t newId(bool shared) {
-    std::lock_guard<std::mutex> lock(mutex);
-    const uint64_t n = next++;
-    return shared ? c10::MempoolId_t{0, n} : c10::MempoolId_t{n, 0};
-  }
-  uint64_t acquire(c10::MempoolId_t id) {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto [it, fresh] = pools.try_emplace(id);
-    if (fresh) it->second.number = next++;
-    it->second.graphs++;
-    return it->second.number;
-  }
-  // The allocator's number of a pool no graph uses any more, or 0.
-  uint64_t release(c10::MempoolId_t id) {
-    std::lock_guard<std::mutex> lock(mutex);
-    auto it = pools.find(id);
-    if (it == pools.end() || --it->second.graphs > 0) return 0;
-    const uint64_t number = it->second.number;
-    pools.erase(it);
-    return number;
-  }
-};
-
-PoolRegistry& poolRegistry() {
-  static auto* registry = new PoolRegistry();  // graphs may die at teardown
-  return *registry;
-}
 
 class OpenRegGraph final : public at::GraphImplInterface {
  public:
@@ -85,8 +45,8 @@ class OpenRegGraph final : public at::GraphImplInterface {
                 "capture, it's ok to replay them on the default stream.)");
     TORCH_CHECK(!orStreamIsCapturing(rawStream(stream_)),
                 "The current stream is already capturing a graph; captures do not nest.");
-    pool_ = pool == c10::MempoolId_t{0, 0} ? poolRegistry().newId(/*shared=*/false) : pool;
-    poolNumber_ = poolRegistry().acquire(pool_);
+    pool_ = pool == c10::MempoolId_t{0, 0} ? newPoolId(/*shared=*/false) : pool;
+    poolNumber_ = acquirePool(pool_);
     beginAllocateToPool(device_, poolNumber_, stream_.id());
     orError error = orStreamBeginCapture(rawStream(stream_));
     if (error != orSuccess) {
@@ -138,7 +98,7 @@ class OpenRegGraph final : public at::GraphImplInterface {
     }
     TORCH_CHECK(error != orErrorDataRace, orSanitizerLastReport());
     if (error != orSuccess)
-      checkKernelError(error, c10::str(stream), orStreamLastException(rawStream(stream)));
+      checkKernelError(error, c10::str(stream), orStreamLastException(raw));
   }
 
   void reset() override {
@@ -167,14 +127,16 @@ class OpenRegGraph final : public at::GraphImplInterface {
   // Never throws (reset() runs in the destructor).
   void releasePoolRef() {
     if (pool_ == c10::MempoolId_t{0, 0}) return;
-    if (poolRegistry().release(pool_)) {
+    if (releasePoolUse(pool_)) {
       // The pool's memory goes back to its streams once no replay can still
       // write it: after the device's queued work (CUDA frees private pools
       // with a synchronising cudaFree). While a capture runs on the device
       // nothing may wait for it: the pool then stays reserved for the process.
       try {
         synchronizeComputeStreams(device_, /*raisesKernelErrors=*/false);
-        releasePool(device_, poolNumber_);
+        // A MemPool's id may have routed allocations on other devices too.
+        for (c10::DeviceIndex d = 0; d < device_count(); ++d)
+          if (d == device_ || deviceHasAllocated(d)) releasePool(d, poolNumber_);
       } catch (const c10::Error&) {
       }
     }
@@ -205,6 +167,6 @@ void registerGraphImpl() {
   });
 }
 
-c10::MempoolId_t graphPoolHandle() { return poolRegistry().newId(/*shared=*/true); }
+c10::MempoolId_t graphPoolHandle() { return newPoolId(/*shared=*/true); }
 
 }  // namespace openreg
