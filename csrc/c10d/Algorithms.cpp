@@ -325,16 +325,11 @@ void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffs
   c.waitAll(reqs);
 }
 
-// Measured at 2 hosts x 2 ranks: through the leaders 20-25% faster for
-// blocks of 256 B - 2 KiB, 20% slower at 16 KiB (the leaders' copies).
-constexpr size_t kHierarchicalAlltoallBytes = 4 << 10;
-
-void alltoallEqual(Collective& c, const char* in, char* out, size_t bytes) {
-  if (c.topology && bytes && bytes <= kHierarchicalAlltoallBytes)
-    return alltoallHierarchical(c, in, out, bytes);
-  std::vector<size_t> offsets(c.size()), sizes(c.size(), bytes);
-  for (int p = 0; p < c.size(); ++p) offsets[p] = size_t(p) * bytes;
-  alltoall(c, in, offsets, sizes, out, offsets, sizes);
+bool alltoallIsHierarchical(bool multiHost, size_t bytes) {
+  // Measured at 2 hosts x 2 ranks: through the leaders 20-25% faster for
+  // blocks of 256 B - 2 KiB, 20% slower at 16 KiB (the leaders' copies).
+  constexpr size_t kHierarchicalAlltoallBytes = 4 << 10;
+  return multiHost && bytes > 0 && bytes <= kHierarchicalAlltoallBytes;
 }
 
 void gather(Collective& c, const void* in, const std::vector<char*>& blocks, size_t bytes,

@@ -148,10 +148,12 @@ void reduce(Collective& c, void* buf, size_t count, c10::ScalarType dtype, Reduc
 void alltoall(Collective& c, const char* in, const std::vector<size_t>& sendOffsets,
               const std::vector<size_t>& sendBytes, char* out,
               const std::vector<size_t>& recvOffsets, const std::vector<size_t>& recvBytes);
+// Whether equal blocks of `bytes` go through each host's first rank
+// (alltoallHierarchical: across hosts, blocks up to 4 KiB); otherwise
+// alltoall's direct exchange serves them.
+bool alltoallIsHierarchical(bool multiHost, size_t bytes);
 // Equal blocks: block p of `in` goes to rank p, block q of `out` comes from
-// rank q, `bytes` each (all ranks pass the same; hierarchical across hosts
-// for blocks up to 4 KiB).
-void alltoallEqual(Collective& c, const char* in, char* out, size_t bytes);
+// rank q, `bytes` each; every rank passes the same.
 void alltoallHierarchical(Collective& c, const char* in, char* out, size_t bytes);
 // `blocks[q]` receives rank q's `bytes` (only used on the root).
 void gather(Collective& c, const void* in, const std::vector<char*>& blocks, size_t bytes,

@@ -570,25 +570,29 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall_base(at::Tensor& output, at
   // inputs first; here a copy, queued on the caller's stream, plays that part.
   const at::Tensor source =
       at::get_overlap_status(input, output) == at::MemOverlapStatus::No ? input : input.clone();
-  // Equal splits across hosts: every rank knows every block's size (compared
-  // on the wire), so blocks may travel through a host's first rank. (A rank
-  // passing explicit splits where the others pass none gets a mismatch error
-  // there, where NCCL accepts it.) Otherwise sizes legitimately differ per
-  // rank, so only the dtype is compared on the wire.
-  const bool equal = topology().multiHost() && inputSplits.empty() && outputSplits.empty();
-  const std::string label = equal ? c10::str(input.scalar_type(), " equal blocks of ", sendBytes[0],
-                                             " bytes")
-                                  : c10::str(input.scalar_type());
+  // Small equal blocks across hosts, by split sizes given or not: every rank
+  // knows every block's size (compared on the wire), so they may travel
+  // through a host's first rank. Otherwise sizes may legitimately differ per
+  // rank, so the direct exchange compares only the dtype on the wire. (A rank
+  // with uneven splits where the others' blocks are equal and small gets a
+  // mismatch error there, where NCCL accepts it.)
+  const bool equal = std::all_of(sendBytes.begin(), sendBytes.end(),
+                                 [&](size_t b) { return b == sendBytes[0]; }) &&
+                     recvBytes == sendBytes;
+  const bool hierarchical = equal && alltoallIsHierarchical(topology().multiHost(), sendBytes[0]);
+  const std::string label = hierarchical ? c10::str(input.scalar_type(), " equal blocks of ",
+                                                    sendBytes[0], " bytes")
+                                         : c10::str(input.scalar_type());
   return enqueue(c10d::OpType::ALLTOALL_BASE, "alltoall_base", label, {source}, {output},
                  callOf(opts),
                  [input = forWorker(source), output = forWorker(output), sendOff, sendBytes, recvOff,
-                  recvBytes, equal](Collective& c) {
+                  recvBytes, hierarchical](Collective& c) {
                    Staged in = stage(input, input.scalar_type(), true);
                    Staged out = stage(output, output.scalar_type(), false);
                    const char* from = static_cast<const char*>(in.buf.data_ptr());
                    char* to = static_cast<char*>(out.buf.data_ptr());
-                   if (equal)
-                     ccl::alltoallEqual(c, from, to, sendBytes[0]);
+                   if (hierarchical)
+                     ccl::alltoallHierarchical(c, from, to, sendBytes[0]);
                    else
                      ccl::alltoall(c, from, sendOff, sendBytes, to, recvOff, recvBytes);
                    unstage(out);

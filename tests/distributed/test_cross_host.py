@@ -563,14 +563,26 @@ def test_device_mesh_across_hosts(tmp_path):
     spawn(mesh_across_hosts, 4, tmp_path, host_of=(0, 0, 1, 1), init={"device_id": True})
 
 
-def alltoall_splits_given_by_one_rank_only(rank, n):
-    # Equal splits take the hosts' first ranks; a rank passing explicit split
-    # sizes takes the direct path: every rank gets a clear mismatch error at once.
-    inp, out = torch.arange(2.0 * n), torch.empty(2 * n)
-    splits = ([2] * n, [2] * n) if rank == 0 else ()
-    expect_dist_error(lambda: dist.all_to_all_single(out, inp, *splits), "mismatched collectives",
-                      "equal blocks of 8 bytes")
+def alltoall_splits_given_by_one_rank_only(rank, n, block, self_block):
+    # Rank 0 passes split sizes, the others none (equal blocks of `block`
+    # rows). Rank 0's own block may differ: sizes stay consistent pair by pair.
+    rows = [self_block if (rank == 0 and q == 0) else block for q in range(n)]
+    inp = torch.cat([torch.full((rows[q],), 100.0 * rank + q) for q in range(n)])
+    out = torch.empty(sum(rows))
+    splits = (rows, rows) if rank == 0 else ()
+    if self_block != block and block * 4 <= 4096:
+        # Small equal blocks go through the hosts' first ranks, uneven ones
+        # directly: a clear mismatch (NCCL accepts this call).
+        expect_dist_error(lambda: dist.all_to_all_single(out, inp, *splits),
+                          "mismatched collectives", "equal blocks of")
+        return
+    dist.all_to_all_single(out, inp, *splits)
+    expected = torch.cat([torch.full((rows[q],), 100.0 * q + rank) for q in range(n)])
+    assert torch.equal(out, expected), (rank, out, expected)
 
 
-def test_alltoall_with_splits_on_one_rank_only_is_a_clear_mismatch(tmp_path):
-    spawn(alltoall_splits_given_by_one_rank_only, 4, tmp_path, timeout=120, host_of=(0, 0, 1, 1))
+@pytest.mark.parametrize("block,self_block", [(2, 2), (2, 3), (2048, 2049)],
+                         ids=["equal-small", "uneven-small", "uneven-large"])
+def test_alltoall_with_splits_given_on_one_rank_only(tmp_path, block, self_block):
+    spawn(alltoall_splits_given_by_one_rank_only, 4, tmp_path, block, self_block, timeout=120,
+          host_of=(0, 0, 1, 1))
