@@ -78,12 +78,13 @@ def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
 
 def memory_snapshot(mempool_id=None, include_traces=True) -> list:
     """Every segment of every device with its blocks, as torch.cuda.memory_snapshot();
-    only those of the pool `mempool_id` (a MemPool's or a graph's id) if given.
+    only those of the pool `mempool_id` (a MemPool's or a graph's id) if given
+    (other than (0, 0), which means all, as for CUDA).
     `include_traces` is accepted for torch.cuda's signature: segments carry no traces."""
     segments = _C._snapshot()["segments"] if is_initialized() else []
-    if mempool_id is None:
+    mempool_id = None if mempool_id is None else tuple(mempool_id)
+    if mempool_id is None or mempool_id == (0, 0):  # (0, 0): every segment, as CUDA's
         return segments
-    mempool_id = tuple(mempool_id)
     return [s for s in segments if tuple(s["segment_pool_id"]) == mempool_id]
 
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <thread>
 #include <cstring>
 #include <iomanip>
 #include <iterator>
@@ -104,12 +105,32 @@ struct PoolOptions {
   bool noSplit = false;   // its blocks are never split
 };
 
-// torch.openreg.use_mem_pool: (device, pool) entries of this thread, innermost last.
-thread_local std::vector<std::pair<c10::DeviceIndex, uint64_t>> t_threadPools;
+// torch.openreg.use_mem_pool's routes, innermost last. Process-wide, not
+// thread-local: as CUDA's, a block may be ended on another thread than the
+// one that began it.
+struct ThreadRoute {
+  std::thread::id thread;
+  c10::DeviceIndex device;
+  uint64_t pool;
+};
+struct ThreadRoutes {
+  std::mutex mutex;
+  std::vector<ThreadRoute> routes;  // GUARDED_BY mutex
+  std::atomic<size_t> count{0};     // routes.size(), read without the lock
+};
+ThreadRoutes& threadRoutes() {
+  static auto* routes = new ThreadRoutes();
+  return *routes;
+}
 
+// The pool the calling thread allocates from on `device`, or 0.
 uint64_t threadPool(c10::DeviceIndex device) {
-  for (auto it = t_threadPools.rbegin(); it != t_threadPools.rend(); ++it)
-    if (it->first == device) return it->second;
+  ThreadRoutes& r = threadRoutes();
+  if (r.count.load(std::memory_order_acquire) == 0) return 0;
+  const auto me = std::this_thread::get_id();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (auto it = r.routes.rbegin(); it != r.routes.rend(); ++it)
+    if (it->thread == me && it->device == device) return it->pool;
   return 0;
 }
 
@@ -166,7 +187,7 @@ class DeviceCache {
     // by the pool instead of a stream, which no other allocation finds.
     if (!captures_.empty()) stream = captureKey(stream);
     // torch.openreg.use_mem_pool on this thread (a capture's pool comes first).
-    if (C10_UNLIKELY(!t_threadPools.empty()) && !pools_.count(stream))
+    if (!pools_.count(stream))
       if (uint64_t number = threadPool(device_)) stream = poolKey(number, stream);
     Block* block = takeCached(small, size, stream);
     const bool traced = recordsContext(RecordContext::kAlloc);
@@ -263,30 +284,29 @@ class DeviceCache {
     poolOptions_[number] = options;
   }
 
-  // Returns the pool's segments with nothing allocated to the driver (a
-  // MemPool's end, as CUDA's emptyCache(pool)), after the streams that may
-  // still use them.
-  void emptyPoolCache(uint64_t number) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (poolKeys_.lower_bound({number, std::numeric_limits<c10::StreamId>::min()}) ==
-        poolKeys_.end())
-      return;
-    waitForDeviceAndPendingUses();
-    processPendingFrees();
-    for (bool small : {true, false}) {
-      BlockPool& blocks = pool(small);
-      for (auto it = blocks.begin(); it != blocks.end();) {
-        auto key = pools_.find((*it)->stream);
-        const bool mine = key != pools_.end() && key->second.number == number;
-        it = mine && !(*it)->isSplit() ? releaseSegment(blocks, it) : std::next(it);
-      }
-    }
-  }
-
-  // The pool's blocks become ordinary blocks of the streams that allocated them.
-  void releasePool(uint64_t number) {
+  // The pool's blocks become ordinary blocks of the streams that allocated
+  // them. With returnUnused (a MemPool's end, as CUDA's emptyCache(pool)) its
+  // segments with nothing allocated go back to the driver first, after their
+  // streams' queued work; not while a stream of the device captures (waiting
+  // would end the capture): they then stay cached, for empty_cache.
+  void releasePool(uint64_t number, bool returnUnused) {
     std::lock_guard<std::mutex> lock(mutex_);
     poolOptions_.erase(number);
+    if (returnUnused && captures_.empty()) {
+      std::vector<Block*> unused;
+      std::unordered_set<c10::StreamId> streams;
+      for (bool small : {true, false})
+        for (Block* b : pool(small)) {
+          auto key = pools_.find(b->stream);
+          if (key != pools_.end() && key->second.number == number && !b->isSplit()) {
+            unused.push_back(b);
+            streams.insert(key->second.owner);
+          }
+        }
+      // A failed stream runs nothing more: its memory is as quiet.
+      for (c10::StreamId owner : streams) (void)orStreamSynchronize(rawStreamOf(owner));
+      for (Block* b : unused) releaseSegment(pool(b->small), pool(b->small).find(b));
+    }
     auto it = poolKeys_.lower_bound({number, std::numeric_limits<c10::StreamId>::min()});
     while (it != poolKeys_.end() && it->first.first == number) {
       const c10::StreamId key = it->second, owner = it->first.second;
@@ -894,6 +914,13 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
       if (caches_[d]) caches_[d]->snapshot(out);
   }
 
+  // On every device with a cache: a pool's keys may be on any of them.
+  void releasePool(uint64_t pool, bool returnUnused) {
+    if (orIsForkedChild()) return;  // the parent's pools (see cache())
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d)
+      if (caches_[d]) caches_[d]->releasePool(pool, returnUnused);
+  }
+
   std::vector<std::vector<MemoryTraceEntry>> traces() {
     std::vector<std::vector<MemoryTraceEntry>> out(device_count());
     if (orIsForkedChild()) return out;  // see cache()
@@ -987,28 +1014,36 @@ void endAllocateToPool(c10::DeviceIndex device, c10::StreamId stream) {
   OpenRegCachingAllocatorImpl::instance().cache(device).endAllocateToPool(stream);
 }
 
-void releasePool(c10::DeviceIndex device, uint64_t pool) {
-  OpenRegCachingAllocatorImpl::instance().cache(device).releasePool(pool);
+void releasePool(uint64_t pool, bool returnUnused) {
+  OpenRegCachingAllocatorImpl::instance().releasePool(pool, returnUnused);
 }
 
 void beginAllocateThreadToPool(c10::DeviceIndex device, uint64_t pool) {
-  t_threadPools.emplace_back(device, pool);
+  ThreadRoutes& r = threadRoutes();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.routes.push_back({std::this_thread::get_id(), device, pool});
+  r.count.store(r.routes.size(), std::memory_order_release);
 }
 
 void endAllocateThreadToPool(c10::DeviceIndex device, uint64_t pool) {
-  for (auto it = t_threadPools.rbegin(); it != t_threadPools.rend(); ++it)
-    if (it->first == device && it->second == pool) {
-      t_threadPools.erase(std::next(it).base());
-      return;
-    }
+  ThreadRoutes& r = threadRoutes();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  // The calling thread's innermost route to the pool, else another thread's.
+  auto matches = [&](const ThreadRoute& route, bool mine) {
+    return route.device == device && route.pool == pool &&
+           (!mine || route.thread == std::this_thread::get_id());
+  };
+  for (bool mine : {true, false})
+    for (auto it = r.routes.rbegin(); it != r.routes.rend(); ++it)
+      if (matches(*it, mine)) {
+        r.routes.erase(std::next(it).base());
+        r.count.store(r.routes.size(), std::memory_order_release);
+        return;
+      }
 }
 
 void setPoolOptions(c10::DeviceIndex device, uint64_t pool, bool useOnOom, bool noSplit) {
   OpenRegCachingAllocatorImpl::instance().cache(device).setPoolOptions(pool, {useOnOom, noSplit});
-}
-
-void emptyPoolCache(c10::DeviceIndex device, uint64_t pool) {
-  OpenRegCachingAllocatorImpl::instance().cache(device).emptyPoolCache(pool);
 }
 
 }  // namespace openreg

@@ -77,21 +77,22 @@ std::vector<std::vector<MemoryTraceEntry>> memoryTraces();
 
 // Graph capture (OpenRegGraph.cpp), CUDA's private pools: while `stream`
 // captures, its allocations come from `pool` (a number > 0), whose memory no
-// other allocation or empty_cache touches until releasePool (the last graph
-// using it is gone); its blocks then become `stream`'s.
+// other allocation or empty_cache touches until releasePool (its last user is
+// gone); its blocks then become those of the streams that allocated them, on
+// every device, and with returnUnused its unused segments go back to the
+// driver (unless a stream of their device captures).
 void beginAllocateToPool(c10::DeviceIndex device, uint64_t pool, c10::StreamId stream);
 void endAllocateToPool(c10::DeviceIndex device, c10::StreamId stream);
-void releasePool(c10::DeviceIndex device, uint64_t pool);
+void releasePool(uint64_t pool, bool returnUnused);
 
 // torch.openreg.MemPool / use_mem_pool (OpenRegMemPool.cpp), the same pools
 // outside graphs: between begin and end the calling thread's allocations on
-// `device`, on any stream, come from `pool` (the innermost such pool).
+// `device`, on any stream, come from `pool` (the innermost such pool). Any
+// thread may end it.
 void beginAllocateThreadToPool(c10::DeviceIndex device, uint64_t pool);
 void endAllocateThreadToPool(c10::DeviceIndex device, uint64_t pool);
 // use_on_oom: the pool's cached blocks serve an allocation of the device that
 // found no memory; no_split: its blocks are not split. Cleared by releasePool.
 void setPoolOptions(c10::DeviceIndex device, uint64_t pool, bool useOnOom, bool noSplit);
-// Returns the pool's unused segments to the driver (waits for the device).
-void emptyPoolCache(c10::DeviceIndex device, uint64_t pool);
 
 }  // namespace openreg

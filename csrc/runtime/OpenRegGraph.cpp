@@ -134,9 +134,7 @@ class OpenRegGraph final : public at::GraphImplInterface {
       // nothing may wait for it: the pool then stays reserved for the process.
       try {
         synchronizeComputeStreams(device_, /*raisesKernelErrors=*/false);
-        // A MemPool's id may have routed allocations on other devices too.
-        for (c10::DeviceIndex d = 0; d < device_count(); ++d)
-          if (d == device_ || deviceHasAllocated(d)) releasePool(d, poolNumber_);
+        releasePool(poolNumber_, /*returnUnused=*/false);
       } catch (const c10::Error&) {
       }
     }

@@ -92,16 +92,10 @@ MemPool::MemPool(bool useOnOom, bool noSplit)
 
 MemPool::~MemPool() {
   const uint64_t number = releasePoolUse(id_);
-  if (!number) return;  // a graph still uses it
-  // Its blocks, allocated or cached, then become ordinary blocks of their
-  // streams, and its unused segments go back to the device now.
+  if (!number) return;  // a graph or an open use_mem_pool still uses it
   try {
-    for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
-      if (!deviceHasAllocated(d)) continue;
-      emptyPoolCache(d, number);
-      releasePool(d, number);
-    }
-  } catch (const c10::Error&) {  // a destructor (a forked child: the parent's memory)
+    releasePool(number, /*returnUnused=*/true);
+  } catch (const c10::Error&) {  // a destructor
   }
 }
 
@@ -114,10 +108,7 @@ void beginAllocateCurrentThreadToPool(c10::DeviceIndex device, c10::MempoolId_t 
 void endAllocateCurrentThreadToPool(c10::DeviceIndex device, c10::MempoolId_t id) {
   const uint64_t number = numberOf(id);
   endAllocateThreadToPool(device, number);
-  if (releasePoolUse(id)) {  // its MemPool died inside the block: nothing else frees it
-    for (c10::DeviceIndex d = 0; d < device_count(); ++d)
-      if (deviceHasAllocated(d)) releasePool(d, number);
-  }
+  if (releasePoolUse(id)) releasePool(number, /*returnUnused=*/true);  // its MemPool died inside
 }
 
 }  // namespace openreg

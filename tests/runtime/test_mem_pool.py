@@ -159,3 +159,86 @@ def test_bad_arguments_raise_as_torch_cuda_does():
     with pytest.raises(TypeError, match="expects a torch.openreg.MemPool"):
         with torch.openreg.use_mem_pool((0, 1)):
             pass
+
+
+def test_deleting_a_pool_returns_memory_on_every_device_it_was_used_on(python):
+    # Device 1 only ever had raw allocations (caching_allocator_alloc), no tensor.
+    r = python("""
+        import gc, torch
+        pool = torch.openreg.MemPool()
+        with torch.openreg.use_mem_pool(pool, device=1):
+            ptr = torch.openreg.caching_allocator_alloc(5 << 20, device=1)
+        print([tuple(s["segment_pool_id"]) == pool.id for s in torch.openreg.memory_snapshot()])
+        torch.openreg.caching_allocator_delete(ptr)
+        del pool
+        gc.collect()
+        print(torch.openreg.memory_reserved(1), torch.openreg.memory_snapshot())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[True]", "0 []"]
+
+
+def test_deleting_pools_during_a_capture_leaves_the_capture_intact(python):
+    r = python("""
+        import gc, torch
+        unused = torch.openreg.MemPool()
+        cached = torch.openreg.MemPool()
+        with torch.openreg.use_mem_pool(cached):
+            t = torch.empty(5 << 20, dtype=torch.uint8, device="openreg")
+        del t
+        x = torch.arange(3.0, device="openreg")
+        s = torch.openreg.Stream()
+        s.wait_stream(torch.openreg.current_stream())
+        g = torch.openreg.Graph()
+        with torch.openreg.graph(g, stream=s):
+            y = x * 2 + 1
+            del unused, cached   # no wait for the device: that would end the capture
+            gc.collect()
+        g.replay()
+        print(y.cpu().tolist())
+        torch.openreg.empty_cache()   # the deleted pool's 20 MiB are ordinary cache now
+        print(sum(s["total_size"] for s in torch.openreg.memory_snapshot() if s["total_size"] >= 20 << 20))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[1.0, 3.0, 5.0]", "0"]
+
+
+def test_a_use_mem_pool_block_ended_on_another_thread_stops_routing_its_thread():
+    import contextlib
+
+    pool = torch.openreg.MemPool()
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.openreg.use_mem_pool(pool))
+    inside = torch.empty(10, device="openreg")
+    closer = threading.Thread(target=stack.close)
+    closer.start()
+    closer.join()
+    after = torch.empty(10, device="openreg")
+    assert pool.use_count() == 1
+    assert tuple(segment_of(inside.data_ptr())["segment_pool_id"]) == pool.id
+    assert tuple(segment_of(after.data_ptr())["segment_pool_id"]) == (0, 0)
+
+
+def test_deleting_a_pool_does_not_wait_for_other_devices():
+    import time
+
+    pool = torch.openreg.MemPool()
+    with torch.openreg.use_mem_pool(pool):
+        kept = torch.empty(10, device="openreg:0")
+    with torch.openreg.device(1):
+        torch.openreg._sleep(1500)  # queued on openreg:1, which the pool never used
+    start = time.monotonic()
+    del pool
+    elapsed = time.monotonic() - start
+    torch.openreg.synchronize(1)
+    assert elapsed < 1.0, elapsed
+    assert kept.numel() == 10
+
+
+def test_the_all_zero_pool_id_means_every_segment():
+    pool = torch.openreg.MemPool()
+    with torch.openreg.use_mem_pool(pool):
+        a = torch.empty(10, device="openreg")
+    b = torch.empty(10, device="openreg")
+    assert torch.openreg.memory_snapshot((0, 0)) == torch.openreg.memory_snapshot()
+    assert len(torch.openreg.memory_snapshot()) > len(pool.snapshot()) >= 1
