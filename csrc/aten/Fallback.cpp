@@ -354,23 +354,35 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
   }
 }
 
-// Operators whose Meta kernel disagrees with the CPU kernel about an output's
-// shape or dtype, so their outputs cannot be allocated before the CPU kernel
-// has run: they take the synchronous path. Found by tests/ops/test_opinfo.py;
-// kernels add to the set at run time when they detect a new disagreement.
+// Operators that take the synchronous path although Meta can describe their
+// outputs, for one of two reasons:
+//  - kShapes: Meta disagrees with the CPU kernel about an output's shape or
+//    dtype, so the outputs cannot be allocated before the CPU kernel has run.
+//    Found by tests/ops/test_opinfo.py; kernels add to the set at run time
+//    when they detect a new disagreement.
+//  - kShapesUnlessTraining (batch norm): as kShapes, except in training
+//    mode on float32/float64 inputs, where the two agree.
+//  - kChecks: the CPU kernel makes argument checks Meta skips; on the host
+//    they raise at the call instead of failing the stream. In a graph capture
+//    (where the host may not wait) these are queued all the same, and a bad
+//    argument fails the replay, as a device-side assert fails a CUDA graph's.
 class SyncOnlyOps {
  public:
+  enum class Reason { kNone, kShapes, kShapesUnlessTraining, kChecks };
+
   SyncOnlyOps() {
+    // eval mode: CPU returns empty save_mean/save_invstd, Meta [C]; reduced-
+    // precision inputs with parameters of their dtype: CPU keeps statistics
+    // in that dtype, Meta in float32.
+    for (const char* name : {"aten::native_batch_norm", "aten::_native_batch_norm_legit",
+                             "aten::_batch_norm_with_update"})
+      names_[name] = Reason::kShapesUnlessTraining;
+    // CPU returns empty offset2bag/bag_size for some modes, Meta full.
+    for (const char* name : {"aten::_embedding_bag", "aten::_embedding_bag_forward_only"})
+      names_[name] = Reason::kShapes;
     for (const char* name : {
-             // eval mode: CPU returns empty save_mean/save_invstd, Meta [C];
-             // reduced-precision inputs: CPU keeps float32 statistics.
-             "aten::native_batch_norm", "aten::_native_batch_norm_legit",
-             "aten::_batch_norm_with_update",
-             // CPU returns empty offset2bag/bag_size for some modes, Meta full.
-             "aten::_embedding_bag", "aten::_embedding_bag_forward_only",
              // Meta skips the CPU kernel's argument checks (n_sample against
-             // the categories, non-negative probabilities): raise them on
-             // the host, not as a sticky kernel error.
+             // the categories, non-negative probabilities).
              "aten::multinomial",
              // Likewise for these CPU kernels' checks (out= overlapping an
              // input, out dtype, mask dtype, boundaries' rank); found with
@@ -378,21 +390,23 @@ class SyncOnlyOps {
              "aten::kthvalue", "aten::take", "aten::masked_scatter", "aten::masked_scatter_",
              "aten::bucketize", "aten::aminmax", "aten::complex",
          })
-      names_.insert(name);
+      names_[name] = Reason::kChecks;
   }
   // A listed name without an overload covers all of the op's overloads.
-  bool contains(const c10::OperatorName& name) {
+  Reason reason(const c10::OperatorName& name) {
     std::lock_guard<std::mutex> lock(mutex_);
-    return names_.count(c10::toString(name)) > 0 || names_.count(name.name) > 0;
+    auto it = names_.find(c10::toString(name));
+    if (it == names_.end()) it = names_.find(name.name);
+    return it == names_.end() ? Reason::kNone : it->second;
   }
   void insert(const c10::OperatorName& name) {
     std::lock_guard<std::mutex> lock(mutex_);
-    names_.insert(c10::toString(name));
+    names_[c10::toString(name)] = Reason::kShapes;
   }
 
  private:
   std::mutex mutex_;
-  std::unordered_set<std::string> names_;  // GUARDED_BY mutex_
+  std::unordered_map<std::string, Reason> names_;  // GUARDED_BY mutex_
 };
 
 SyncOnlyOps& syncOnlyOps() {
@@ -993,8 +1007,23 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   // unscale, fused Adam); one that writes none is a host-side check
   // (_assert_tensor_metadata), whose error belongs to the call.
   if (schema.returns().empty() && !writesAnArgument(schema)) return false;
-  if (syncOnlyOps().contains(schema.operator_name())) return false;
   IValue* args = stack->data() + stack->size() - num_args;
+  switch (syncOnlyOps().reason(schema.operator_name())) {
+    case SyncOnlyOps::Reason::kShapes:
+      return false;
+    case SyncOnlyOps::Reason::kShapesUnlessTraining: {
+      // (input, weight, bias, running_mean, running_var[, training], ...)
+      const bool training = schema.name() == "aten::_batch_norm_with_update" || args[5].toBool();
+      const auto dtype = args[0].toTensor().scalar_type();
+      if (!training || (dtype != at::kFloat && dtype != at::kDouble)) return false;
+      break;
+    }
+    case SyncOnlyOps::Reason::kChecks:
+      if (!orStreamIsCapturing(rawStream(getCurrentStream(device.index())))) return false;
+      break;
+    case SyncOnlyOps::Reason::kNone:
+      break;
+  }
 
   std::optional<std::string> key = inferenceKey(op, args, num_args);
   if (key) {

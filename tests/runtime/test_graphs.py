@@ -439,3 +439,77 @@ def test_an_event_of_an_ended_capture_is_complete():
         g2.capture_end()
     g2.replay()
     torch.testing.assert_close(y.cpu(), torch.full((4,), 2.0))
+
+
+# Operators run on the host outside a capture only so that the CPU kernel's
+# argument checks raise at the call: in a capture they are queued (Fallback.cpp,
+# SyncOnlyOps), as CUDA captures them.
+CHECKED_ON_THE_HOST = {
+    "kthvalue": lambda x, i, m: x.kthvalue(2, dim=1),
+    "take": lambda x, i, m: x.take(i),
+    "masked_scatter": lambda x, i, m: x.masked_scatter(m, x * 10),
+    "bucketize": lambda x, i, m: torch.bucketize(x, torch.linspace(-1, 1, 5, device=x.device)),
+    "aminmax": lambda x, i, m: torch.aminmax(x, dim=1),
+    "complex": lambda x, i, m: torch.complex(x, x * 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHECKED_ON_THE_HOST))
+def test_ops_checked_on_the_host_are_captured_and_replayed(name):
+    fn = CHECKED_ON_THE_HOST[name]
+    x = torch.randn(6, 5, device=DEV)
+    idx = torch.tensor([0, 3, 7], device=DEV)
+    mask = torch.zeros(6, 5, dtype=torch.bool, device=DEV)
+    fn(x, idx, mask)  # warm up outside the capture
+    g = torch.openreg.Graph()
+    with torch.openreg.graph(g, stream=side_stream()):
+        out = fn(x, idx, mask)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        new_x, new_idx, new_mask = torch.randn(6, 5), torch.randint(0, 30, (3,)), torch.rand(6, 5) > 0.5
+        x.copy_(new_x), idx.copy_(new_idx), mask.copy_(new_mask)
+        g.replay()
+        expected = fn(new_x, new_idx, new_mask)
+        for got, want in zip(out if isinstance(out, tuple) else (out,),
+                             expected if isinstance(expected, tuple) else (expected,)):
+            torch.testing.assert_close(got.cpu(), want)
+
+
+def test_batch_norm_in_training_mode_is_captured_with_its_running_statistics():
+    torch.manual_seed(0)
+    bn_cpu = torch.nn.BatchNorm1d(5)
+    bn = copy.deepcopy(bn_cpu).to(DEV)
+    x = torch.randn(8, 5, device=DEV)
+    bn_cpu(x.cpu()), bn(x)  # warm up outside the capture, on both
+    g = torch.openreg.Graph()
+    with torch.openreg.graph(g, stream=side_stream()):
+        y = bn(x)
+    for _ in range(3):
+        new_x = torch.randn(8, 5)
+        x.copy_(new_x)
+        g.replay()
+        torch.testing.assert_close(y.cpu(), bn_cpu(new_x))
+        torch.testing.assert_close(bn.running_mean.cpu(), bn_cpu.running_mean)
+        torch.testing.assert_close(bn.running_var.cpu(), bn_cpu.running_var)
+
+
+def test_a_bad_argument_to_a_captured_host_checked_op_fails_the_replay(python):
+    # In a child: the failed stream stays failed, as after a CUDA device assert.
+    r = python("""
+        import torch
+        x = torch.randn(10, device="openreg")
+        idx = torch.tensor([1, 2], device="openreg")
+        s = torch.openreg.Stream()
+        s.wait_stream(torch.openreg.current_stream())
+        g = torch.openreg.Graph()
+        with torch.openreg.graph(g, stream=s):
+            y = x.take(idx)
+        idx.fill_(99)   # out of range: CUDA's kernel asserts, openreg's replay fails
+        g.replay()
+        try:
+            torch.openreg.synchronize()
+        except torch.AcceleratorError as e:
+            print("failed:", "out of range" in str(e))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "failed: True"

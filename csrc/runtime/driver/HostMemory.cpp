@@ -44,7 +44,16 @@ orError orHostFree(void* ptr) {
 
 bool orIsPinned(const void* ptr) {
   auto p = static_cast<const char*>(ptr);
-  std::lock_guard<std::mutex> lock(g_mutex);
+  // pin_memory() asks first. In a forked child a parent thread that was
+  // pinning or freeing at the fork may have held the lock (it stays locked
+  // there): the parent's pinned memory then counts as not pinned, which
+  // leads the child to the refusal of pinning, not to a hang.
+  std::unique_lock<std::mutex> lock(g_mutex, std::defer_lock);
+  if (orIsForkedChild()) {
+    if (!lock.try_lock()) return false;
+  } else {
+    lock.lock();
+  }
   auto it = g_pinned.upper_bound(p);
   if (it == g_pinned.begin()) return false;
   --it;
