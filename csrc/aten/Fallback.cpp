@@ -360,15 +360,15 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
 //    dtype, so the outputs cannot be allocated before the CPU kernel has run.
 //    Found by tests/ops/test_opinfo.py; kernels add to the set at run time
 //    when they detect a new disagreement.
-//  - kShapesUnlessTraining (batch norm): as kShapes, except in training
-//    mode on float32/float64 inputs, where the two agree.
+//  - kBatchNorm: as kShapes, except where every tensor has the input's
+//    dtype, float32 or float64 (batchNormAgreesWithMeta).
 //  - kChecks: the CPU kernel makes argument checks Meta skips; on the host
 //    they raise at the call instead of failing the stream. In a graph capture
 //    (where the host may not wait) these are queued all the same, and a bad
 //    argument fails the replay, as a device-side assert fails a CUDA graph's.
 class SyncOnlyOps {
  public:
-  enum class Reason { kNone, kShapes, kShapesUnlessTraining, kChecks };
+  enum class Reason { kNone, kShapes, kBatchNorm, kChecks };
 
   SyncOnlyOps() {
     // eval mode: CPU returns empty save_mean/save_invstd, Meta [C]; reduced-
@@ -376,7 +376,7 @@ class SyncOnlyOps {
     // in that dtype, Meta in float32.
     for (const char* name : {"aten::native_batch_norm", "aten::_native_batch_norm_legit",
                              "aten::_batch_norm_with_update"})
-      names_[name] = Reason::kShapesUnlessTraining;
+      names_[name] = Reason::kBatchNorm;
     // CPU returns empty offset2bag/bag_size for some modes, Meta full.
     for (const char* name : {"aten::_embedding_bag", "aten::_embedding_bag_forward_only"})
       names_[name] = Reason::kShapes;
@@ -997,6 +997,31 @@ void freshResultsInTheCpusDtypes(torch::jit::Stack& meta_stack, const ArgumentCo
   }
 }
 
+// Batch norm's (input, weight, bias, running_mean, running_var, ...): Meta
+// describes the CPU's results (given the eval-mode rule below) when every
+// tensor has the input's dtype, float32 or float64. Mixed dtypes follow the
+// CPU's own rules and checks, which it raises at the call (synchronous path).
+bool batchNormAgreesWithMeta(const IValue* args) {
+  const auto dtype = args[0].toTensor().scalar_type();
+  if (dtype != at::kFloat && dtype != at::kDouble) return false;
+  for (int i = 1; i < 5; ++i)
+    if (args[i].isTensor() && args[i].toTensor().defined() &&
+        args[i].toTensor().scalar_type() != dtype)
+      return false;
+  return true;
+}
+
+// Batch norm in eval mode: the CPU returns empty saved statistics, Meta [C].
+void batchNormStatisticsAsTheCpus(const c10::OperatorHandle& op, const IValue* args,
+                                  torch::jit::Stack& meta_stack) {
+  const auto& schema = op.schema();
+  if (syncOnlyOps().reason(schema.operator_name()) != SyncOnlyOps::Reason::kBatchNorm ||
+      schema.name() == "aten::_batch_norm_with_update" || args[5].toBool())
+    return;
+  for (size_t i = 1; i < 3 && i < meta_stack.size(); ++i)
+    meta_stack[i] = at::empty({0}, meta_stack[i].toTensor().options());
+}
+
 // `result_dtypes`: the CPU kernel's result dtypes where the caller knows them
 // (fallbackWithResultDtypes), or null (the probe's, if it ran).
 bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack,
@@ -1011,13 +1036,9 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   switch (syncOnlyOps().reason(schema.operator_name())) {
     case SyncOnlyOps::Reason::kShapes:
       return false;
-    case SyncOnlyOps::Reason::kShapesUnlessTraining: {
-      // (input, weight, bias, running_mean, running_var[, training], ...)
-      const bool training = schema.name() == "aten::_batch_norm_with_update" || args[5].toBool();
-      const auto dtype = args[0].toTensor().scalar_type();
-      if (!training || (dtype != at::kFloat && dtype != at::kDouble)) return false;
+    case SyncOnlyOps::Reason::kBatchNorm:
+      if (!batchNormAgreesWithMeta(args)) return false;
       break;
-    }
     case SyncOnlyOps::Reason::kChecks:
       if (!orStreamIsCapturing(rawStream(getCurrentStream(device.index())))) return false;
       break;
@@ -1053,6 +1074,7 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   outLayoutAsTensorIterator(op, meta_call);
   keepOutStridesOfRightShape(schema, meta_call);
   convolutionOutputsInTheCpusFormat(op, meta_call, meta_stack);
+  batchNormStatisticsAsTheCpus(op, args, meta_stack);
   const std::optional<ResultDtypes> probed = checkDispatch(op, args, num_args);
   if (result_dtypes) freshResultsInTheCpusDtypes(meta_stack, meta, meta_call, *result_dtypes);
   else if (probed) freshResultsInTheCpusDtypes(meta_stack, meta, meta_call, *probed);

@@ -475,20 +475,23 @@ def test_ops_checked_on_the_host_are_captured_and_replayed(name):
             torch.testing.assert_close(got.cpu(), want)
 
 
-def test_batch_norm_in_training_mode_is_captured_with_its_running_statistics():
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_a_conv_batch_norm_net_is_captured_with_its_running_statistics(training):
     torch.manual_seed(0)
-    bn_cpu = torch.nn.BatchNorm1d(5)
-    bn = copy.deepcopy(bn_cpu).to(DEV)
-    x = torch.randn(8, 5, device=DEV)
-    bn_cpu(x.cpu()), bn(x)  # warm up outside the capture, on both
+    net_cpu = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+    net_cpu.train(training)
+    net = copy.deepcopy(net_cpu).to(DEV)
+    x = torch.randn(2, 3, 8, 8, device=DEV)
+    net_cpu(x.cpu()), net(x)  # warm up outside the capture, on both
     g = torch.openreg.Graph()
     with torch.openreg.graph(g, stream=side_stream()):
-        y = bn(x)
+        y = net(x)
+    bn, bn_cpu = net[1], net_cpu[1]
     for _ in range(3):
-        new_x = torch.randn(8, 5)
+        new_x = torch.randn(2, 3, 8, 8)
         x.copy_(new_x)
         g.replay()
-        torch.testing.assert_close(y.cpu(), bn_cpu(new_x))
+        torch.testing.assert_close(y.cpu(), net_cpu(new_x), rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(bn.running_mean.cpu(), bn_cpu.running_mean)
         torch.testing.assert_close(bn.running_var.cpu(), bn_cpu.running_var)
 
