@@ -29,12 +29,20 @@ def register() -> None:
     # Dynamo's device interface for openreg, from Dynamo's first trace on
     # (importing Dynamo costs a second: not before someone does).
     _after_import("torch._dynamo", _register_dynamo_interface)
+    # Inductor's code generators, keyed in its FX graph cache (openreg/_inductor).
+    _after_import("torch._inductor.compile_fx", _register_inductor_backend)
 
 
 def _register_dynamo_interface() -> None:
     from . import _device_interface
 
     _device_interface.register()
+
+
+def _register_inductor_backend() -> None:
+    from . import _inductor
+
+    _inductor.register_backend()
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):

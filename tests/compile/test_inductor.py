@@ -208,3 +208,26 @@ def test_cpp_wrapper_mode_is_refused():
     with torch._inductor.config.patch(cpp_wrapper=True):
         with pytest.raises(Exception, match="cpp_wrapper mode is not supported"):
             f(torch.ones(3, device=DEV))
+
+
+def test_the_fx_graph_cache_keys_on_openregs_code_generators(python, tmp_path):
+    # Each run a fresh process on one cache directory: the same code generators
+    # hit the cache, changed ones (another digest of openreg/_inductor) miss it.
+    script = """
+        import os, torch
+        import openreg._inductor.cache_key as key
+        if os.environ.get("DIGEST"):
+            key.codegen_sources = os.environ["DIGEST"]
+        from torch._dynamo.utils import counters
+        f = torch.compile(lambda x: x.sin() * 2 + 1)
+        x = torch.randn(16, device="openreg")
+        assert torch.allclose(f(x).cpu(), x.cpu().sin() * 2 + 1)
+        print(counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"])
+    """
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
+    outs = []
+    for digest in ("", "", "changed code generators"):
+        r = python(script, env={**env, "DIGEST": digest})
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout.split())
+    assert outs == [["0", "1"], ["1", "0"], ["0", "1"]]
