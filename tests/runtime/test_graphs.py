@@ -88,6 +88,28 @@ def test_synchronising_a_capturing_stream_invalidates_the_capture():
             g2.capture_end()
 
 
+def test_a_device_synchronize_from_another_thread_invalidates_the_capture():
+    import threading
+
+    x = torch.ones(10, device=DEV)
+    raised = []
+
+    def synchronize():
+        try:
+            torch.openreg.synchronize(DEV)
+        except torch.AcceleratorError as e:
+            raised.append(str(e))
+
+    g = torch.openreg.Graph()
+    with pytest.raises(torch.AcceleratorError, match="previous error during capture"):
+        with torch.openreg.graph(g, stream=side_stream()):
+            y = x * 2
+            t = threading.Thread(target=synchronize)
+            t.start()
+            t.join()
+    assert len(raised) == 1 and "operation not permitted when stream is capturing" in raised[0]
+
+
 def test_private_pool_keeps_graph_memory_from_other_allocations():
     x = torch.randn(4096, device=DEV)
     s = side_stream()
