@@ -362,13 +362,15 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
 //    when they detect a new disagreement.
 //  - kBatchNorm: as kShapes, except where every tensor has the input's
 //    dtype, float32 or float64 (batchNormAgreesWithMeta).
+//  - kEmbeddingBag: Meta's result shapes are replaced by the CPU kernel's
+//    (embeddingBagResultsAsTheCpus), which follow from sizes and flags.
 //  - kChecks: the CPU kernel makes argument checks Meta skips; on the host
 //    they raise at the call instead of failing the stream. In a graph capture
 //    (where the host may not wait) these are queued all the same, and a bad
 //    argument fails the replay, as a device-side assert fails a CUDA graph's.
 class SyncOnlyOps {
  public:
-  enum class Reason { kNone, kShapes, kBatchNorm, kChecks };
+  enum class Reason { kNone, kShapes, kBatchNorm, kEmbeddingBag, kChecks };
 
   SyncOnlyOps() {
     // eval mode: CPU returns empty save_mean/save_invstd, Meta [C]; reduced-
@@ -377,9 +379,9 @@ class SyncOnlyOps {
     for (const char* name : {"aten::native_batch_norm", "aten::_native_batch_norm_legit",
                              "aten::_batch_norm_with_update"})
       names_[name] = Reason::kBatchNorm;
-    // CPU returns empty offset2bag/bag_size for some modes, Meta full.
+    // CPU returns empty offset2bag / max_indices for some modes, Meta full.
     for (const char* name : {"aten::_embedding_bag", "aten::_embedding_bag_forward_only"})
-      names_[name] = Reason::kShapes;
+      names_[name] = Reason::kEmbeddingBag;
     for (const char* name : {
              // Meta skips the CPU kernel's argument checks (n_sample against
              // the categories, non-negative probabilities).
@@ -1022,6 +1024,35 @@ void batchNormStatisticsAsTheCpus(const c10::OperatorHandle& op, const IValue* a
     meta_stack[i] = at::empty({0}, meta_stack[i].toTensor().options());
 }
 
+// _embedding_bag[_forward_only](weight, indices, offsets, scale_grad_by_freq,
+// mode, sparse, per_sample_weights, include_last_offset, padding_idx) returns
+// (output, offset2bag, bag_size, max_indices). Meta sizes the last three one
+// way; the CPU kernel (torch 2.13, EmbeddingBag.cpp) as below. Checked for
+// every mode and flag by tests/ops/test_fallback_checks.py; a kernel still checks
+// each result against what was allocated.
+void embeddingBagResultsAsTheCpus(const c10::OperatorHandle& op, const IValue* args,
+                                  torch::jit::Stack& meta_stack) {
+  const auto& schema = op.schema();
+  if (syncOnlyOps().reason(schema.operator_name()) != SyncOnlyOps::Reason::kEmbeddingBag ||
+      meta_stack.size() != 4)
+    return;
+  const bool forwardOnly = schema.name() == "aten::_embedding_bag_forward_only";
+  const int64_t mode = args[4].toInt();  // 0 sum, 1 mean, 2 max
+  const bool includeLast = args[7].toBool();
+  const int64_t paddingIdx = args[8].toInt();
+  const int64_t indices = args[1].toTensor().numel();
+  const int64_t offsets = args[2].toTensor().size(0);
+  const int64_t bags = includeLast ? offsets - 1 : offsets;
+  const int64_t dim = args[0].toTensor().size(1);
+  auto resize = [&](size_t i, std::vector<int64_t> sizes) {
+    meta_stack[i] = at::empty(sizes, meta_stack[i].toTensor().options());
+  };
+  resize(1, {mode == 0 && paddingIdx < 0 ? 0 : indices});  // offset2bag
+  resize(2, {forwardOnly && mode == 0 ? offsets : bags});     // bag_size
+  if (mode == 2) resize(3, {bags, dim});                      // max_indices
+  else resize(3, {forwardOnly && mode == 0 ? offsets : bags});
+}
+
 // `result_dtypes`: the CPU kernel's result dtypes where the caller knows them
 // (fallbackWithResultDtypes), or null (the probe's, if it ran).
 bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack,
@@ -1038,6 +1069,8 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
       return false;
     case SyncOnlyOps::Reason::kBatchNorm:
       if (!batchNormAgreesWithMeta(args)) return false;
+      break;
+    case SyncOnlyOps::Reason::kEmbeddingBag:  // embeddingBagResultsAsTheCpus
       break;
     case SyncOnlyOps::Reason::kChecks:
       if (!orStreamIsCapturing(rawStream(getCurrentStream(device.index())))) return false;
@@ -1075,6 +1108,7 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   keepOutStridesOfRightShape(schema, meta_call);
   convolutionOutputsInTheCpusFormat(op, meta_call, meta_stack);
   batchNormStatisticsAsTheCpus(op, args, meta_stack);
+  embeddingBagResultsAsTheCpus(op, args, meta_stack);
   const std::optional<ResultDtypes> probed = checkDispatch(op, args, num_args);
   if (result_dtypes) freshResultsInTheCpusDtypes(meta_stack, meta, meta_call, *result_dtypes);
   else if (probed) freshResultsInTheCpusDtypes(meta_stack, meta, meta_call, *probed);

@@ -518,6 +518,27 @@ def test_a_conv_batch_norm_net_is_captured_with_its_running_statistics(training)
         torch.testing.assert_close(bn.running_var.cpu(), bn_cpu.running_var)
 
 
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("include_last_offset", [False, True])
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_embedding_bag_is_captured_and_replayed(mode, include_last_offset, padding_idx):
+    torch.manual_seed(0)
+    bag_cpu = torch.nn.EmbeddingBag(10, 3, mode=mode, include_last_offset=include_last_offset,
+                                    padding_idx=padding_idx)
+    bag = copy.deepcopy(bag_cpu).to(DEV)
+    idx = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9], device=DEV)
+    offsets = torch.tensor([0, 4, 6], device=DEV)
+    bag(idx, offsets)  # warm up outside the capture
+    g = torch.openreg.Graph()
+    with torch.openreg.graph(g, stream=side_stream()):
+        out = bag(idx, offsets)
+    for _ in range(3):
+        new_idx = torch.randint(0, 10, (8,))
+        idx.copy_(new_idx)
+        g.replay()
+        torch.testing.assert_close(out.cpu(), bag_cpu(new_idx, offsets.cpu()))
+
+
 def test_a_bad_argument_to_a_captured_host_checked_op_fails_the_replay(python):
     # In a child: the failed stream stays failed, as after a CUDA device assert.
     r = python("""
