@@ -360,14 +360,16 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
 //    dtype, so the outputs cannot be allocated before the CPU kernel has run.
 //    Found by tests/ops/test_opinfo.py; kernels add to the set at run time
 //    when they detect a new disagreement.
-//  - kBatchNorm: as kShapes, except where every tensor has the input's
-//    dtype, float32 or float64 (batchNormAgreesWithMeta).
+//  - kBatchNorm: as kShapes, except for a functional call whose tensors all
+//    have the input's dtype, float32 or float64 (batchNormAgreesWithMeta).
 //  - kEmbeddingBag: Meta's result shapes are replaced by the CPU kernel's
 //    (embeddingBagResultsAsTheCpus), which follow from sizes and flags.
 //  - kChecks: the CPU kernel makes argument checks Meta skips; on the host
 //    they raise at the call instead of failing the stream. In a graph capture
-//    (where the host may not wait) these are queued all the same, and a bad
-//    argument fails the replay, as a device-side assert fails a CUDA graph's.
+//    (where the host may not wait) these are queued all the same, after a run
+//    of the CPU kernel over dummy tensors of the arguments' shapes raised its
+//    checks of shapes and dtypes; a bad value fails the replay, as a
+//    device-side assert fails a CUDA graph's.
 class SyncOnlyOps {
  public:
   enum class Reason { kNone, kShapes, kBatchNorm, kEmbeddingBag, kChecks };
@@ -999,27 +1001,51 @@ void freshResultsInTheCpusDtypes(torch::jit::Stack& meta_stack, const ArgumentCo
   }
 }
 
-// Batch norm's (input, weight, bias, running_mean, running_var, ...): Meta
-// describes the CPU's results (given the eval-mode rule below) when every
-// tensor has the input's dtype, float32 or float64. Mixed dtypes follow the
-// CPU's own rules and checks, which it raises at the call (synchronous path).
-bool batchNormAgreesWithMeta(const IValue* args) {
-  const auto dtype = args[0].toTensor().scalar_type();
-  if (dtype != at::kFloat && dtype != at::kDouble) return false;
-  for (int i = 1; i < 5; ++i)
-    if (args[i].isTensor() && args[i].toTensor().defined() &&
-        args[i].toTensor().scalar_type() != dtype)
-      return false;
+// Batch norm: (input, weight, bias[, running_mean, running_var][, training],
+// momentum, eps), training implied by _batch_norm_with_update. The argument
+// named "training", or true.
+bool batchNormTraining(const c10::FunctionSchema& schema, const IValue* args) {
+  const auto index = schema.argumentIndexWithName("training");
+  return !index || args[*index].toBool();
+}
+
+// Meta describes the CPU's results (given batchNormResultsAsTheCpus) of a
+// functional batch norm whose tensors all have the input's dtype, float32 or
+// float64, and which passes the CPU kernel's checks that Meta skips (made
+// here, so they raise at the call through the synchronous path). Mixed
+// dtypes follow the CPU's own rules and checks: synchronous path too.
+bool batchNormAgreesWithMeta(const c10::FunctionSchema& schema, const IValue* args) {
+  if (!schema.overload_name().empty() && schema.overload_name() != "no_stats") return false;  // out=
+  const at::Tensor& input = args[0].toTensor();
+  const auto dtype = input.scalar_type();
+  if ((dtype != at::kFloat && dtype != at::kDouble) || input.dim() < 2) return false;
+  std::vector<at::Tensor> params;
+  for (const char* name : {"weight", "bias", "running_mean", "running_var"}) {
+    const auto index = schema.argumentIndexWithName(name);
+    params.push_back(index && args[*index].isTensor() ? args[*index].toTensor() : at::Tensor());
+  }
+  if (params[2].defined() != params[3].defined()) return false;  // both or neither
+  for (const at::Tensor& p : params)
+    if (p.defined() && (p.scalar_type() != dtype || p.numel() != input.size(1))) return false;
   return true;
 }
 
-// Batch norm in eval mode: the CPU returns empty saved statistics, Meta [C].
-void batchNormStatisticsAsTheCpus(const c10::OperatorHandle& op, const IValue* args,
-                                  torch::jit::Stack& meta_stack) {
+// The CPU's batch norm results: the output (and the backward's grad_input)
+// in the input's suggested memory format (Meta keeps a transposed input's
+// strides, and gives a channels_last input's gradient contiguous ones); in
+// eval mode empty saved statistics (Meta: [C]).
+void batchNormResultsAsTheCpus(const c10::OperatorHandle& op, const IValue* args,
+                               torch::jit::Stack& meta_stack) {
   const auto& schema = op.schema();
-  if (syncOnlyOps().reason(schema.operator_name()) != SyncOnlyOps::Reason::kBatchNorm ||
-      schema.name() == "aten::_batch_norm_with_update" || args[5].toBool())
+  const bool backward =
+      schema.name() == "aten::native_batch_norm_backward" && schema.overload_name().empty();
+  if (!backward && syncOnlyOps().reason(schema.operator_name()) != SyncOnlyOps::Reason::kBatchNorm)
     return;
+  const at::Tensor& out = meta_stack[0].toTensor();
+  if (out.defined())
+    meta_stack[0] = at::empty(out.sizes(), out.options(),
+                              args[backward ? 1 : 0].toTensor().suggest_memory_format());
+  if (backward || batchNormTraining(schema, args)) return;
   for (size_t i = 1; i < 3 && i < meta_stack.size(); ++i)
     meta_stack[i] = at::empty({0}, meta_stack[i].toTensor().options());
 }
@@ -1068,12 +1094,19 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
     case SyncOnlyOps::Reason::kShapes:
       return false;
     case SyncOnlyOps::Reason::kBatchNorm:
-      if (!batchNormAgreesWithMeta(args)) return false;
+      if (!batchNormAgreesWithMeta(schema, args)) return false;
       break;
     case SyncOnlyOps::Reason::kEmbeddingBag:  // embeddingBagResultsAsTheCpus
       break;
     case SyncOnlyOps::Reason::kChecks:
       if (!orStreamIsCapturing(rawStream(getCurrentStream(device.index())))) return false;
+      // The CPU kernel's checks of shapes and dtypes still raise at the call:
+      // its run over zero- and one-filled tensors of the arguments' shapes
+      // (not their values, which a capture may not wait for).
+      dispatch_probe::checkShapes([&] {
+        runOnProbes(op, args, num_args, dispatch_probe::exactProbeTensor,
+                    dispatch_probe::probeOutput);
+      });
       break;
     case SyncOnlyOps::Reason::kNone:
       break;
@@ -1107,7 +1140,7 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   outLayoutAsTensorIterator(op, meta_call);
   keepOutStridesOfRightShape(schema, meta_call);
   convolutionOutputsInTheCpusFormat(op, meta_call, meta_stack);
-  batchNormStatisticsAsTheCpus(op, args, meta_stack);
+  batchNormResultsAsTheCpus(op, args, meta_stack);
   embeddingBagResultsAsTheCpus(op, args, meta_stack);
   const std::optional<ResultDtypes> probed = checkDispatch(op, args, num_args);
   if (result_dtypes) freshResultsInTheCpusDtypes(meta_stack, meta, meta_call, *result_dtypes);

@@ -570,16 +570,15 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall_base(at::Tensor& output, at
   // inputs first; here a copy, queued on the caller's stream, plays that part.
   const at::Tensor source =
       at::get_overlap_status(input, output) == at::MemOverlapStatus::No ? input : input.clone();
-  // Small equal blocks across hosts, by split sizes given or not: every rank
-  // knows every block's size (compared on the wire), so they may travel
-  // through a host's first rank. Otherwise sizes may legitimately differ per
-  // rank, so the direct exchange compares only the dtype on the wire. (A rank
-  // with uneven splits where the others' blocks are equal and small gets a
-  // mismatch error there, where NCCL accepts it.)
-  const bool equal = std::all_of(sendBytes.begin(), sendBytes.end(),
-                                 [&](size_t b) { return b == sendBytes[0]; }) &&
-                     recvBytes == sendBytes;
-  const bool hierarchical = equal && alltoallIsHierarchical(topology().multiHost(), sendBytes[0]);
+  // Equal splits (none given) across hosts: every rank knows every block's
+  // size (compared on the wire), so small blocks may travel through a host's
+  // first rank. Otherwise (splits given, or large blocks) the direct exchange,
+  // which compares only the dtype on the wire: sizes may legitimately differ
+  // per rank, and a rank cannot tell from its own splits what the others
+  // chose. (A rank passing split sizes where the others pass none, with
+  // blocks of at most 4 KiB, gets a mismatch error there; NCCL accepts it.)
+  const bool hierarchical = inputSplits.empty() && outputSplits.empty() &&
+                            alltoallIsHierarchical(topology().multiHost(), sendBytes[0]);
   const std::string label = hierarchical ? c10::str(input.scalar_type(), " equal blocks of ",
                                                     sendBytes[0], " bytes")
                                          : c10::str(input.scalar_type());

@@ -563,26 +563,37 @@ def test_device_mesh_across_hosts(tmp_path):
     spawn(mesh_across_hosts, 4, tmp_path, host_of=(0, 0, 1, 1), init={"device_id": True})
 
 
-def alltoall_splits_given_by_one_rank_only(rank, n, block, self_block):
-    # Rank 0 passes split sizes, the others none (equal blocks of `block`
-    # rows). Rank 0's own block may differ: sizes stay consistent pair by pair.
-    rows = [self_block if (rank == 0 and q == 0) else block for q in range(n)]
-    inp = torch.cat([torch.full((rows[q],), 100.0 * rank + q) for q in range(n)])
-    out = torch.empty(sum(rows))
-    splits = (rows, rows) if rank == 0 else ()
-    if self_block != block and block * 4 <= 4096:
-        # Small equal blocks go through the hosts' first ranks, uneven ones
-        # directly: a clear mismatch (NCCL accepts this call).
+def alltoall_with_split_sizes(rank, n, block, self_block, others_give_splits):
+    # rows[p][q]: what rank p sends rank q. Rank 0 gives split sizes; its own
+    # block may differ. The others give theirs too (uneven, as an MoE layer's:
+    # rank 0's row and column stay equal) or none (all their blocks equal).
+    rows = [[block] * n for _ in range(n)]
+    rows[0][0] = self_block
+    if others_give_splits:
+        for p in range(1, n):
+            for q in range(1, n):
+                rows[p][q] = block + (p * q) % 3
+    send = rows[rank]
+    recv = [rows[q][rank] for q in range(n)]
+    inp = torch.cat([torch.full((send[q],), 100.0 * rank + q) for q in range(n)])
+    out = torch.empty(sum(recv))
+    splits = (recv, send) if rank == 0 or others_give_splits else ()
+    if not others_give_splits and block * 4 <= 4096:
+        # The others' small equal blocks go through the hosts' first ranks,
+        # rank 0's (split sizes given) directly: a clear mismatch (NCCL
+        # accepts this call).
         expect_dist_error(lambda: dist.all_to_all_single(out, inp, *splits),
                           "mismatched collectives", "equal blocks of")
         return
     dist.all_to_all_single(out, inp, *splits)
-    expected = torch.cat([torch.full((rows[q],), 100.0 * q + rank) for q in range(n)])
+    expected = torch.cat([torch.full((recv[q],), 100.0 * q + rank) for q in range(n)])
     assert torch.equal(out, expected), (rank, out, expected)
 
 
-@pytest.mark.parametrize("block,self_block", [(2, 2), (2, 3), (2048, 2049)],
-                         ids=["equal-small", "uneven-small", "uneven-large"])
-def test_alltoall_with_splits_given_on_one_rank_only(tmp_path, block, self_block):
-    spawn(alltoall_splits_given_by_one_rank_only, 4, tmp_path, block, self_block, timeout=120,
-          host_of=(0, 0, 1, 1))
+@pytest.mark.parametrize("block,self_block,others_give_splits",
+                         [(2, 2, False), (2, 3, False), (2048, 2049, False), (2, 2, True)],
+                         ids=["equal-small", "uneven-small", "uneven-large", "all-give-splits"])
+def test_alltoall_with_split_sizes_given_by_some_ranks(tmp_path, block, self_block,
+                                                      others_give_splits):
+    spawn(alltoall_with_split_sizes, 4, tmp_path, block, self_block, others_give_splits,
+          timeout=120, host_of=(0, 0, 1, 1))

@@ -439,3 +439,38 @@ def test_embedding_bag_results_have_the_cpus_shapes_for_every_mode_and_flag(forw
             assert (a.shape, a.dtype) == (b.shape, b.dtype), (case, k)
         torch.testing.assert_close(got[0].cpu(), want[0], msg=str(case))
         torch.testing.assert_close(got[2].cpu(), want[2], msg=str(case))
+
+
+def test_batch_norm_as_a_kernel_gives_the_cpus_results_layouts_and_errors():
+    # Batch norm of float32/64 tensors of one dtype runs as a kernel (Fallback.cpp,
+    # kBatchNorm): results, strides, overloads and the CPU kernel's checks as the CPU's.
+    aten = torch.ops.aten
+    x = torch.randn(8, 6, 4).transpose(1, 2)  # (8, 4, 6), not contiguous
+    w, b, rm, rv = torch.rand(4) + 0.5, torch.randn(4), torch.randn(4), torch.rand(4) + 0.5
+    channels_last = torch.randn(2, 4, 3, 3).to(memory_format=torch.channels_last)
+    calls = {
+        "train": lambda t: aten.native_batch_norm(t(x), t(w), t(b), t(rm), t(rv), True, 0.1, 1e-5),
+        "eval": lambda t: aten.native_batch_norm(t(x), t(w), t(b), t(rm), t(rv), False, 0.1, 1e-5),
+        "no_stats": lambda t: aten._native_batch_norm_legit.no_stats(t(x), t(w), t(b), True, 0.1, 1e-5),
+        "backward, channels_last": lambda t: aten.native_batch_norm_backward(
+            t(torch.ones(2, 4, 3, 3)), t(channels_last), t(w), t(rm), t(rv), t(rm), t(rv), True,
+            1e-5, [True, True, True]),
+    }
+    for name, call in calls.items():
+        want = call(lambda a: a.clone())
+        got = call(lambda a: a.to("openreg"))
+        for k, (a, g) in enumerate(zip(want, got)):
+            assert (a.shape, a.stride(), a.dtype) == (g.shape, g.stride(), g.dtype), (name, k)
+            torch.testing.assert_close(g.cpu(), a, msg=f"{name} {k}")
+    # out= in eval mode: the saved statistics stay empty, as the CPU's.
+    outs = [torch.empty(0, device="openreg") for _ in range(3)]
+    aten.native_batch_norm.out(x.to("openreg"), None, None, rm.to("openreg"), rv.to("openreg"),
+                               False, 0.1, 1e-5, out=outs[0], save_mean=outs[1], save_invstd=outs[2])
+    assert [tuple(o.shape) for o in outs] == [(8, 4, 6), (0,), (0,)]
+    # Checks the CPU kernel makes and Meta does not: raised at the call.
+    with pytest.raises(ValueError, match="must either both be None or neither be None"):
+        torch.nn.functional.batch_norm(x.to("openreg"), rm.to("openreg"), None, training=True)
+    with pytest.raises(RuntimeError, match="running_mean should contain 4 elements not 3"):
+        torch.nn.functional.batch_norm(x.to("openreg"), torch.zeros(3, device="openreg"),
+                                       torch.ones(3, device="openreg"))
+    _stream_still_works()

@@ -539,6 +539,22 @@ def test_embedding_bag_is_captured_and_replayed(mode, include_last_offset, paddi
         torch.testing.assert_close(out.cpu(), bag_cpu(new_idx, offsets.cpu()))
 
 
+@pytest.mark.parametrize("call,message", [
+    (lambda x: torch.bucketize(x, torch.zeros(2, 2, device=DEV)), "boundaries tensor must be 1 dimension"),
+    (lambda x: torch.multinomial(x.abs() + 0.1, 10), "cannot sample n_sample > prob_dist.size"),
+    (lambda x: torch.complex(x, x.double()), "Expected object of scalar type Float"),
+], ids=["bucketize", "multinomial", "complex"])
+def test_a_bad_shape_or_dtype_raises_at_the_captured_call(call, message):
+    # The CPU kernel's shape and dtype checks run on the host in a capture too
+    # (over dummy tensors of the arguments' shapes), as CUDA's host checks do.
+    x = torch.rand(6, device=DEV)
+    g = torch.openreg.Graph()
+    with pytest.raises(RuntimeError, match=message):
+        with torch.openreg.graph(g, stream=side_stream()):
+            call(x)
+    torch.testing.assert_close((x + 1).cpu(), x.cpu() + 1)  # nothing failed on the device
+
+
 def test_a_bad_argument_to_a_captured_host_checked_op_fails_the_replay(python):
     # In a child: the failed stream stays failed, as after a CUDA device assert.
     r = python("""

@@ -3,6 +3,7 @@
 // CUDA's rule: non_blocking copies are asynchronous only with pinned memory.
 #include "Internal.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <cstdlib>
@@ -14,6 +15,15 @@ namespace openreg {
 namespace {
 std::mutex g_mutex;
 std::map<const char*, size_t> g_pinned;  // base -> size; GUARDED_BY g_mutex
+
+// A fork happens with the lock free: a child inherits a lock another thread
+// held as held forever, and its first pin_memory() (which asks orIsPinned)
+// would hang on it.
+struct ForkWithTheLockFree {
+  ForkWithTheLockFree() {
+    pthread_atfork([] { g_mutex.lock(); }, [] { g_mutex.unlock(); }, [] { g_mutex.unlock(); });
+  }
+} g_fork_with_the_lock_free;
 }  // namespace
 
 orError orHostAlloc(void** ptr, size_t bytes) {
@@ -44,16 +54,7 @@ orError orHostFree(void* ptr) {
 
 bool orIsPinned(const void* ptr) {
   auto p = static_cast<const char*>(ptr);
-  // pin_memory() asks first. In a forked child a parent thread that was
-  // pinning or freeing at the fork may have held the lock (it stays locked
-  // there): the parent's pinned memory then counts as not pinned, which
-  // leads the child to the refusal of pinning, not to a hang.
-  std::unique_lock<std::mutex> lock(g_mutex, std::defer_lock);
-  if (orIsForkedChild()) {
-    if (!lock.try_lock()) return false;
-  } else {
-    lock.lock();
-  }
+  std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_pinned.upper_bound(p);
   if (it == g_pinned.begin()) return false;
   --it;
