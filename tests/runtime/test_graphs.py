@@ -476,6 +476,14 @@ CHECKED_ON_THE_HOST = {
 }
 
 
+# Cumulative ops without Meta kernels, native kernels (csrc/aten/CumulativeOps.cpp).
+CHECKED_ON_THE_HOST.update({
+    "cummax": lambda x, i, m: torch.cummax(x, 1),
+    "cummin": lambda x, i, m: torch.cummin(x, 0),
+    "logcumsumexp": lambda x, i, m: torch.logcumsumexp(x, 1),
+})
+
+
 @pytest.mark.parametrize("name", sorted(CHECKED_ON_THE_HOST))
 def test_ops_checked_on_the_host_are_captured_and_replayed(name):
     fn = CHECKED_ON_THE_HOST[name]
