@@ -1034,13 +1034,12 @@ bool batchNormAgreesWithMeta(const c10::FunctionSchema& schema, const IValue* ar
 // in the input's suggested memory format (Meta keeps a transposed input's
 // strides, and gives a channels_last input's gradient contiguous ones); in
 // eval mode empty saved statistics (Meta: [C]).
-void batchNormResultsAsTheCpus(const c10::OperatorHandle& op, const IValue* args,
-                               torch::jit::Stack& meta_stack) {
+void batchNormResultsAsTheCpus(const c10::OperatorHandle& op, SyncOnlyOps::Reason reason,
+                               const IValue* args, torch::jit::Stack& meta_stack) {
   const auto& schema = op.schema();
   const bool backward =
       schema.name() == "aten::native_batch_norm_backward" && schema.overload_name().empty();
-  if (!backward && syncOnlyOps().reason(schema.operator_name()) != SyncOnlyOps::Reason::kBatchNorm)
-    return;
+  if (!backward && reason != SyncOnlyOps::Reason::kBatchNorm) return;
   const at::Tensor& out = meta_stack[0].toTensor();
   if (out.defined())
     meta_stack[0] = at::empty(out.sizes(), out.options(),
@@ -1056,12 +1055,10 @@ void batchNormResultsAsTheCpus(const c10::OperatorHandle& op, const IValue* args
 // way; the CPU kernel (torch 2.13, EmbeddingBag.cpp) as below. Checked for
 // every mode and flag by tests/ops/test_fallback_checks.py; a kernel still checks
 // each result against what was allocated.
-void embeddingBagResultsAsTheCpus(const c10::OperatorHandle& op, const IValue* args,
-                                  torch::jit::Stack& meta_stack) {
+void embeddingBagResultsAsTheCpus(const c10::OperatorHandle& op, SyncOnlyOps::Reason reason,
+                                  const IValue* args, torch::jit::Stack& meta_stack) {
   const auto& schema = op.schema();
-  if (syncOnlyOps().reason(schema.operator_name()) != SyncOnlyOps::Reason::kEmbeddingBag ||
-      meta_stack.size() != 4)
-    return;
+  if (reason != SyncOnlyOps::Reason::kEmbeddingBag || meta_stack.size() != 4) return;
   const bool forwardOnly = schema.name() == "aten::_embedding_bag_forward_only";
   const int64_t mode = args[4].toInt();  // 0 sum, 1 mean, 2 max
   const bool includeLast = args[7].toBool();
@@ -1090,7 +1087,8 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   // (_assert_tensor_metadata), whose error belongs to the call.
   if (schema.returns().empty() && !writesAnArgument(schema)) return false;
   IValue* args = stack->data() + stack->size() - num_args;
-  switch (syncOnlyOps().reason(schema.operator_name())) {
+  const SyncOnlyOps::Reason reason = syncOnlyOps().reason(schema.operator_name());
+  switch (reason) {
     case SyncOnlyOps::Reason::kShapes:
       return false;
     case SyncOnlyOps::Reason::kBatchNorm:
@@ -1140,8 +1138,8 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   outLayoutAsTensorIterator(op, meta_call);
   keepOutStridesOfRightShape(schema, meta_call);
   convolutionOutputsInTheCpusFormat(op, meta_call, meta_stack);
-  batchNormResultsAsTheCpus(op, args, meta_stack);
-  embeddingBagResultsAsTheCpus(op, args, meta_stack);
+  batchNormResultsAsTheCpus(op, reason, args, meta_stack);
+  embeddingBagResultsAsTheCpus(op, reason, args, meta_stack);
   const std::optional<ResultDtypes> probed = checkDispatch(op, args, num_args);
   if (result_dtypes) freshResultsInTheCpusDtypes(meta_stack, meta, meta_call, *result_dtypes);
   else if (probed) freshResultsInTheCpusDtypes(meta_stack, meta, meta_call, *probed);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <optional>
 #include <thread>
 #include <cstring>
 #include <iomanip>
@@ -99,11 +100,37 @@ struct Block {
   bool isSplit() const { return prev || next; }
 };
 
-// A MemPool's settings (OpenRegMemPool.h).
+// A MemPool's settings (OpenRegMemPool.h), one table for every device: a
+// pool may be used on any of them.
 struct PoolOptions {
   bool useOnOom = false;  // its cached blocks serve other allocations that found no memory
   bool noSplit = false;   // its blocks are never split
 };
+struct PoolOptionsTable {
+  std::mutex mutex;
+  std::map<uint64_t, PoolOptions> pools;  // GUARDED_BY mutex; only pools with an option set
+  std::atomic<bool> any{false};           // !pools.empty(), read without the lock
+};
+PoolOptionsTable& poolOptionsTable() {
+  static auto* table = new PoolOptionsTable();
+  return *table;
+}
+std::optional<PoolOptions> poolOptions(uint64_t number) {
+  PoolOptionsTable& t = poolOptionsTable();
+  if (!t.any.load(std::memory_order_acquire)) return std::nullopt;
+  std::lock_guard<std::mutex> lock(t.mutex);
+  auto it = t.pools.find(number);
+  return it == t.pools.end() ? std::nullopt : std::optional<PoolOptions>(it->second);
+}
+std::vector<uint64_t> poolsUsedOnOom() {
+  PoolOptionsTable& t = poolOptionsTable();
+  std::vector<uint64_t> numbers;
+  if (!t.any.load(std::memory_order_acquire)) return numbers;
+  std::lock_guard<std::mutex> lock(t.mutex);
+  for (const auto& [number, options] : t.pools)
+    if (options.useOnOom) numbers.push_back(number);
+  return numbers;
+}
 
 // torch.openreg.use_mem_pool's routes, innermost last. Process-wide, not
 // thread-local: as CUDA's, a block may be ended on another thread than the
@@ -187,8 +214,8 @@ class DeviceCache {
     // by the pool instead of a stream, which no other allocation finds.
     if (!captures_.empty()) stream = captureKey(stream);
     // torch.openreg.use_mem_pool on this thread (a capture's pool comes first).
-    if (!pools_.count(stream))
-      if (uint64_t number = threadPool(device_)) stream = poolKey(number, stream);
+    if (uint64_t number = threadPool(device_); number && !pools_.count(stream))
+      stream = poolKey(number, stream);
     Block* block = takeCached(small, size, stream);
     const bool traced = recordsContext(RecordContext::kAlloc);
     if (!block) {
@@ -278,12 +305,6 @@ class DeviceCache {
     std::lock_guard<std::mutex> lock(mutex_);
     captures_.erase(rawStreamOf(stream));
   }
-  // torch.openreg.MemPool(use_on_oom=..., no_split=...).
-  void setPoolOptions(uint64_t number, PoolOptions options) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    poolOptions_[number] = options;
-  }
-
   // The pool's blocks become ordinary blocks of the streams that allocated
   // them. With returnUnused (a MemPool's end, as CUDA's emptyCache(pool)) its
   // segments with nothing allocated go back to the driver first, after their
@@ -291,7 +312,6 @@ class DeviceCache {
   // would end the capture): they then stay cached, for empty_cache.
   void releasePool(uint64_t number, bool returnUnused) {
     std::lock_guard<std::mutex> lock(mutex_);
-    poolOptions_.erase(number);
     if (returnUnused && captures_.empty()) {
       std::vector<Block*> unused;
       std::unordered_set<c10::StreamId> streams;
@@ -457,19 +477,15 @@ class DeviceCache {
     }
     return it->second;
   }
-  const PoolOptions* optionsOf(c10::StreamId key) const {
-    if (poolOptions_.empty()) return nullptr;
+  std::optional<PoolOptions> optionsOf(c10::StreamId key) const {
     auto pool = pools_.find(key);
-    if (pool == pools_.end()) return nullptr;
-    auto options = poolOptions_.find(pool->second.number);
-    return options == poolOptions_.end() ? nullptr : &options->second;
+    return pool == pools_.end() ? std::nullopt : poolOptions(pool->second.number);
   }
   // CUDA's last resort for an allocation outside any pool that found no
   // memory: a cached block of the stream in a MemPool made with use_on_oom.
   Block* takeFromPoolsUsedOnOom(bool small, size_t size, c10::StreamId stream) {
     if (pools_.count(stream)) return nullptr;
-    for (const auto& [number, options] : poolOptions_) {
-      if (!options.useOnOom) continue;
+    for (uint64_t number : poolsUsedOnOom()) {
       auto key = poolKeys_.find({number, stream});
       if (key == poolKeys_.end()) continue;
       if (Block* block = takeCached(small, size, key->second)) return block;
@@ -530,7 +546,7 @@ class DeviceCache {
   // CUDA's rule: split a small block if a minimal block remains, a large one
   // only if more than a small allocation's worth remains and the request is not oversize.
   void splitIfWorthIt(Block* block, size_t size) {
-    if (const PoolOptions* options = optionsOf(block->stream); options && options->noSplit) return;
+    if (auto options = optionsOf(block->stream); options && options->noSplit) return;
     const size_t rest = block->size - size;
     if (block->small ? rest < kMinBlockSize : rest <= kSmallSize || isOversize(size)) return;
     auto* remaining = new Block();
@@ -830,7 +846,6 @@ class DeviceCache {
     uint64_t number;      // its pool
   };
   std::unordered_map<c10::StreamId, PoolKey> pools_;        // live keys; GUARDED_BY mutex_
-  std::map<uint64_t, PoolOptions> poolOptions_;             // MemPools'; GUARDED_BY mutex_
 };
 
 class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
@@ -919,6 +934,10 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
     if (orIsForkedChild()) return;  // the parent's pools (see cache())
     for (c10::DeviceIndex d = 0; d < device_count(); ++d)
       if (caches_[d]) caches_[d]->releasePool(pool, returnUnused);
+    PoolOptionsTable& t = poolOptionsTable();
+    std::lock_guard<std::mutex> lock(t.mutex);
+    t.pools.erase(pool);
+    t.any.store(!t.pools.empty(), std::memory_order_release);
   }
 
   std::vector<std::vector<MemoryTraceEntry>> traces() {
@@ -1042,8 +1061,12 @@ void endAllocateThreadToPool(c10::DeviceIndex device, uint64_t pool) {
       }
 }
 
-void setPoolOptions(c10::DeviceIndex device, uint64_t pool, bool useOnOom, bool noSplit) {
-  OpenRegCachingAllocatorImpl::instance().cache(device).setPoolOptions(pool, {useOnOom, noSplit});
+void setPoolOptions(uint64_t pool, bool useOnOom, bool noSplit) {
+  if (!useOnOom && !noSplit) return;
+  PoolOptionsTable& t = poolOptionsTable();
+  std::lock_guard<std::mutex> lock(t.mutex);
+  t.pools[pool] = {useOnOom, noSplit};
+  t.any.store(true, std::memory_order_release);
 }
 
 }  // namespace openreg

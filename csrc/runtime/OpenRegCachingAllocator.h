@@ -92,7 +92,8 @@ void releasePool(uint64_t pool, bool returnUnused);
 void beginAllocateThreadToPool(c10::DeviceIndex device, uint64_t pool);
 void endAllocateThreadToPool(c10::DeviceIndex device, uint64_t pool);
 // use_on_oom: the pool's cached blocks serve an allocation of the device that
-// found no memory; no_split: its blocks are not split. Cleared by releasePool.
-void setPoolOptions(c10::DeviceIndex device, uint64_t pool, bool useOnOom, bool noSplit);
+// found no memory; no_split: its blocks are not split. On every device;
+// cleared by releasePool.
+void setPoolOptions(uint64_t pool, bool useOnOom, bool noSplit);
 
 }  // namespace openreg

@@ -84,10 +84,7 @@ c10::MempoolId_t poolIdOf(uint64_t number) {
 
 MemPool::MemPool(bool useOnOom, bool noSplit)
     : id_(newPoolId(/*shared=*/true)), device_(current_device()) {
-  const uint64_t number = acquirePool(id_);
-  // The options hold on every device the pool may be used on (use_mem_pool's device).
-  for (c10::DeviceIndex d = 0; d < device_count(); ++d)
-    setPoolOptions(d, number, useOnOom, noSplit);
+  setPoolOptions(acquirePool(id_), useOnOom, noSplit);
 }
 
 MemPool::~MemPool() {
