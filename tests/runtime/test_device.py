@@ -261,7 +261,7 @@ def test_forked_child_does_not_hang_on_locks_parent_threads_held(python, action)
     # lock the child inherits locked (its owner is not in the child): the
     # child's calls must fail or succeed without taking it.
     r = python("""
-        import os, threading, torch
+        import os, shutil, subprocess, sys, threading, torch
         stop = False
         def churn():
             while not stop:
@@ -271,26 +271,35 @@ def test_forked_child_does_not_hang_on_locks_parent_threads_held(python, action)
         t.start()
         held = [torch.ones(10, device="openreg") for _ in range(40)]
         outcomes = []
+        def wait_for(pid, seconds):
+            for _ in range(seconds * 100):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return os.waitstatus_to_exitcode(status)
+                threading.Event().wait(0.01)
         for _ in range(40):
             pid = os.fork()
             if pid == 0:
 %s
-            for _ in range(2000):  # 20 s: a loaded 2-core runner forks slowly
-                done, status = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    outcomes.append(os.waitstatus_to_exitcode(status))
-                    break
-                threading.Event().wait(0.01)
-            else:
-                outcomes.append("hung")
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
+            outcome = wait_for(pid, 20)
+            if outcome is None:
+                # Slow (a loaded runner) or deadlocked: the stack tells, and a
+                # deadlocked child is still there a minute later.
+                stacks = shutil.which("gdb") and subprocess.run(
+                    ["gdb", "-p", str(pid), "-batch", "-ex", "bt"], capture_output=True, text=True).stdout
+                outcome = wait_for(pid, 60)
+                if outcome is None:
+                    outcome = "hung"
+                    print(stacks, file=sys.stderr)
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+            outcomes.append(outcome)
         stop = True
         t.join()
         print(sorted(set(outcomes), key=str))
-    """ % textwrap.indent(textwrap.dedent(CHILD_ACTIONS[action]).strip(), " " * 16), timeout=200)
+    """ % textwrap.indent(textwrap.dedent(CHILD_ACTIONS[action]).strip(), " " * 16), timeout=280)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "[0]"
+    assert r.stdout.strip() == "[0]", r.stderr
 
 
 def test_tensor_device_helpers():
