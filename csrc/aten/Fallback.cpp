@@ -334,6 +334,10 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
     // the new block; it must land before the host writes the result there.
     if (dev.sizes() != host.sizes()) {
       dev.resize_(host.sizes());
+      // A resized output takes the strides the CPU kernel gave it (TensorIterator
+      // lays it out as its inputs: torch.complex of transposed parts).
+      if (host.is_non_overlapping_and_dense() && dev.strides() != host.strides())
+        dev.as_strided_(host.sizes(), host.strides());
       synchronizeStream(getCurrentStream(device.index()));
     }
     kernelView(dev).copy_(host);
@@ -360,8 +364,8 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
 //    dtype, so the outputs cannot be allocated before the CPU kernel has run.
 //    Found by tests/ops/test_opinfo.py; kernels add to the set at run time
 //    when they detect a new disagreement.
-//  - kBatchNorm: as kShapes, except for a functional call whose tensors all
-//    have the input's dtype, float32 or float64 (batchNormAgreesWithMeta).
+//  - kBatchNorm: as kShapes, except for a functional call whose dtypes Meta
+//    gets right (batchNormAgreesWithMeta).
 //  - kEmbeddingBag: Meta's result shapes are replaced by the CPU kernel's
 //    (embeddingBagResultsAsTheCpus), which follow from sizes and flags.
 //  - kChecks: the CPU kernel makes argument checks Meta skips; on the host
@@ -895,8 +899,11 @@ void runCached(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t n
 // decompositions) resize it contiguous. Gives each out= argument the Meta
 // kernel resized that layout, so the device tensor matches the CPU's.
 void outLayoutAsTensorIterator(const c10::OperatorHandle& op, const PreparedCall& meta_call) {
-  if (!op.hasTag(at::Tag::pointwise)) return;
+  // polar and complex build their outputs with TensorIterator but carry no tag.
   const auto& schema = op.schema();
+  if (!op.hasTag(at::Tag::pointwise) && schema.name() != "aten::polar" &&
+      schema.name() != "aten::complex")
+    return;
   std::vector<size_t> outs;  // indices into meta_call.converted
   std::vector<at::Tensor> inputs;
   for (size_t i = 0; i < meta_call.args.size() && i < schema.arguments().size(); ++i) {
@@ -1011,23 +1018,32 @@ bool batchNormTraining(const c10::FunctionSchema& schema, const IValue* args) {
 
 // Meta describes the CPU's results (given batchNormResultsAsTheCpus) of a
 // functional batch norm whose tensors all have the input's dtype, float32 or
-// float64, and which passes the CPU kernel's checks that Meta skips (made
-// here, so they raise at the call through the synchronous path). Mixed
-// dtypes follow the CPU's own rules and checks: synchronous path too.
+// float64, or whose input is bfloat16/float16 with float32 parameters (the
+// CPU's mixed-type kernel: a conv net under autocast), and which passes the
+// CPU kernel's checks that Meta skips (made here, so they raise at the call
+// through the synchronous path). Other dtype mixes follow the CPU's own rules
+// and checks, and a reduced-precision batch norm without any parameter keeps
+// its statistics in the input's dtype (Meta: float32): synchronous path too.
 bool batchNormAgreesWithMeta(const c10::FunctionSchema& schema, const IValue* args) {
   if (!schema.overload_name().empty() && schema.overload_name() != "no_stats") return false;  // out=
   const at::Tensor& input = args[0].toTensor();
   const auto dtype = input.scalar_type();
-  if ((dtype != at::kFloat && dtype != at::kDouble) || input.dim() < 2) return false;
+  const bool reduced = dtype == at::kBFloat16 || dtype == at::kHalf;
+  if ((!reduced && dtype != at::kFloat && dtype != at::kDouble) || input.dim() < 2) return false;
+  const auto paramDtype = reduced ? at::kFloat : dtype;
   std::vector<at::Tensor> params;
   for (const char* name : {"weight", "bias", "running_mean", "running_var"}) {
     const auto index = schema.argumentIndexWithName(name);
     params.push_back(index && args[*index].isTensor() ? args[*index].toTensor() : at::Tensor());
   }
   if (params[2].defined() != params[3].defined()) return false;  // both or neither
-  for (const at::Tensor& p : params)
-    if (p.defined() && (p.scalar_type() != dtype || p.numel() != input.size(1))) return false;
-  return true;
+  bool anyParam = false;
+  for (const at::Tensor& p : params) {
+    if (!p.defined()) continue;
+    if (p.scalar_type() != paramDtype || p.numel() != input.size(1)) return false;
+    anyParam = true;
+  }
+  return anyParam || !reduced;
 }
 
 // The CPU's batch norm results: the output (and the backward's grad_input)

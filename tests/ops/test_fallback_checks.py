@@ -441,6 +441,16 @@ def test_embedding_bag_results_have_the_cpus_shapes_for_every_mode_and_flag(forw
         torch.testing.assert_close(got[2].cpu(), want[2], msg=str(case))
 
 
+def _assert_results_as_the_cpus(calls):
+    """Each call's results on openreg have the CPU's shapes, strides, dtypes and values."""
+    for name, call in calls.items():
+        want = call(lambda a: a.clone())
+        got = call(lambda a: a.to("openreg"))
+        for k, (a, g) in enumerate(zip(want, got)):
+            assert (a.shape, a.stride(), a.dtype) == (g.shape, g.stride(), g.dtype), (name, k)
+            torch.testing.assert_close(g.cpu(), a, msg=f"{name} {k}")
+
+
 def test_batch_norm_as_a_kernel_gives_the_cpus_results_layouts_and_errors():
     # Batch norm of float32/64 tensors of one dtype runs as a kernel (Fallback.cpp,
     # kBatchNorm): results, strides, overloads and the CPU kernel's checks as the CPU's.
@@ -456,12 +466,7 @@ def test_batch_norm_as_a_kernel_gives_the_cpus_results_layouts_and_errors():
             t(torch.ones(2, 4, 3, 3)), t(channels_last), t(w), t(rm), t(rv), t(rm), t(rv), True,
             1e-5, [True, True, True]),
     }
-    for name, call in calls.items():
-        want = call(lambda a: a.clone())
-        got = call(lambda a: a.to("openreg"))
-        for k, (a, g) in enumerate(zip(want, got)):
-            assert (a.shape, a.stride(), a.dtype) == (g.shape, g.stride(), g.dtype), (name, k)
-            torch.testing.assert_close(g.cpu(), a, msg=f"{name} {k}")
+    _assert_results_as_the_cpus(calls)
     # out= in eval mode: the saved statistics stay empty, as the CPU's.
     outs = [torch.empty(0, device="openreg") for _ in range(3)]
     aten.native_batch_norm.out(x.to("openreg"), None, None, rm.to("openreg"), rv.to("openreg"),
@@ -474,3 +479,56 @@ def test_batch_norm_as_a_kernel_gives_the_cpus_results_layouts_and_errors():
         torch.nn.functional.batch_norm(x.to("openreg"), torch.zeros(3, device="openreg"),
                                        torch.ones(3, device="openreg"))
     _stream_still_works()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reduced_precision_batch_norm_with_float32_parameters_runs_as_a_kernel(python, dtype):
+    # The CPU's mixed-type batch norm (a conv net's under autocast): a kernel
+    # with the CPU's results, so a capture records it. Without parameters the
+    # CPU keeps the statistics in the input's dtype, which Meta does not: that
+    # call stays on the host, and a capture refuses it as any host sync.
+    aten = torch.ops.aten
+    x = torch.randn(8, 6, 4).transpose(1, 2).to(dtype)
+    w, b, rm, rv = torch.rand(4) + 0.5, torch.randn(4), torch.randn(4), torch.rand(4) + 0.5
+    calls = {
+        "train": lambda t: aten.native_batch_norm(t(x), t(w), t(b), t(rm), t(rv), True, 0.1, 1e-5),
+        "eval": lambda t: aten.native_batch_norm(t(x), t(w), t(b), t(rm), t(rv), False, 0.1, 1e-5),
+        "stats only": lambda t: aten.native_batch_norm(t(x), None, None, t(rm), t(rv), True, 0.1, 1e-5),
+        "no_stats": lambda t: aten._native_batch_norm_legit.no_stats(t(x), t(w), t(b), True, 0.1, 1e-5),
+        "no parameters": lambda t: aten._native_batch_norm_legit.no_stats(t(x), None, None, True, 0.1, 1e-5),
+    }
+    _assert_results_as_the_cpus(calls)
+    r = python(f"""
+        import torch
+        bn = torch.nn.BatchNorm2d(4).to("openreg")
+        x = torch.randn(2, 4, 3, 3, device="openreg", dtype={dtype})
+        want = bn(x)
+        g = torch.openreg.Graph()
+        with torch.openreg.graph(g):
+            y = bn(x)
+        g.replay()
+        torch.testing.assert_close(y, bn(x))
+        print(y.dtype, bn.running_mean.dtype)
+        try:
+            with torch.openreg.graph(torch.openreg.Graph()):
+                torch.nn.functional.batch_norm(x, None, None, training=True)
+        except RuntimeError as e:
+            print("refused" if "capture" in str(e) else e)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == [f"{dtype} torch.float32", "refused"]
+
+
+@pytest.mark.parametrize("make", [torch.complex, torch.polar], ids=["complex", "polar"])
+def test_complex_of_transposed_parts_is_laid_out_as_the_cpus(make):
+    # Both build their result with TensorIterator, which lays it out as the
+    # inputs; a given out= of the right shape keeps its strides.
+    a, b = torch.rand(3, 4).t(), torch.rand(3, 4).t()
+    expected = make(a, b)
+    got = make(a.to("openreg"), b.to("openreg"))
+    assert got.stride() == expected.stride() == (1, 4)
+    torch.testing.assert_close(got.cpu(), expected)
+    out = torch.empty(4, 3, dtype=torch.complex64, device="openreg")
+    make(a.to("openreg"), b.to("openreg"), out=out)
+    assert out.stride() == (3, 1)
+    torch.testing.assert_close(out.cpu(), expected)
