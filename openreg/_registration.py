@@ -37,6 +37,12 @@ def _register_dynamo_interface() -> None:
     from . import _device_interface
 
     _device_interface.register()
+    # What Dynamo folds to constants for torch.cuda (its trace rules), without
+    # a graph break at the pybind calls behind them.
+    module = sys.modules["openreg"]
+    for fn in (module.is_available, module.device_count, module.get_device_properties,
+               module.get_device_name, module.get_device_capability):
+        torch._dynamo.assume_constant_result(fn)
 
 
 def _register_inductor_backend() -> None:

@@ -74,6 +74,9 @@ def device_count() -> int:
 
 
 def current_device() -> int:
+    if torch.compiler.is_compiling():
+        # Dynamo folds this one to a constant it guards on, as torch.cuda.current_device.
+        return torch.accelerator.current_device_index()
     _lazy_init()
     return _C._current_device()
 

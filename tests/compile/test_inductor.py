@@ -203,6 +203,24 @@ def test_dynamo_knows_openreg_before_any_compile(python):
     assert "openreg:1 8 openreg simulated device 1" in result.stdout
 
 
+def test_device_queries_compile_without_a_graph_break():
+    # As torch.cuda's: folded to constants, the current device with a guard.
+    def f(x):
+        if torch.openreg.is_available() and torch.openreg.device_count() == 8:
+            x = x + torch.openreg.get_device_capability()[0]
+        x = x * torch.openreg.get_device_properties(x.device).multi_processor_count
+        return x.to(torch.device("openreg", torch.openreg.current_device()))
+
+    compiled = torch.compile(f, fullgraph=True)
+    x = torch.ones(2, device="openreg")
+    torch.testing.assert_close(compiled(x), f(x))
+    torch.openreg.set_device(1)
+    try:
+        assert compiled(x).device == torch.device("openreg:1")
+    finally:
+        torch.openreg.set_device(0)
+
+
 def test_cpp_wrapper_mode_is_refused():
     f = torch.compile(lambda x: x + 1)
     with torch._inductor.config.patch(cpp_wrapper=True):
