@@ -275,9 +275,13 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
              "-" * 75]
     for title, key, is_bytes in rows:
         fmt = _fmt if is_bytes else str
-        prefix = key if key.startswith("oversize") else f"{key}.all"
-        vals = [stats.get(f"{prefix}.{k}", 0) for k in ("current", "peak", "allocated", "freed")]
-        lines.append(f"{title:<24}|" + "|".join(f"{fmt(v):>12} " for v in vals))
+        # Unabbreviated, as torch.cuda's: each pooled row split by pool as well.
+        pools = [("all", title)] if key.startswith("oversize") or abbreviated else \
+            [("all", title), ("large_pool", "      from large pool"), ("small_pool", "      from small pool")]
+        for pool, label in pools:
+            prefix = key if key.startswith("oversize") else f"{key}.{pool}"
+            vals = [stats.get(f"{prefix}.{k}", 0) for k in ("current", "peak", "allocated", "freed")]
+            lines.append(f"{label:<24}|" + "|".join(f"{fmt(v):>12} " for v in vals))
     lines.append("-" * 75)
     lines.append(f"OOMs: {stats.get('num_ooms', 0)}   alloc retries: {stats.get('num_alloc_retries', 0)}"
                  f"   device capacity: {_fmt(_C._device_total_memory())}")

@@ -105,6 +105,21 @@ def test_reset_peak_and_summary():
     assert "Allocated memory" in summary and "device ID 2" in summary
 
 
+def test_summary_splits_rows_by_pool_unless_abbreviated():
+    keep = [torch.empty(10, device="openreg:3"), torch.empty(1 << 20, device="openreg:3")]
+    stats = torch.openreg.memory_stats(3)
+    full = torch.openreg.memory_summary(3).splitlines()
+    rows = {line.split("|")[0].strip(): line for line in full}
+    assert all(name in rows for name in ("Allocations", "from large pool", "from small pool"))
+    index = next(i for i, line in enumerate(full) if line.startswith("Allocations"))
+    counts = [int(full[index + k].split("|")[1]) for k in range(3)]  # all, large, small
+    assert counts == [stats["allocation.all.current"], stats["allocation.large_pool.current"],
+                      stats["allocation.small_pool.current"]]
+    assert counts[0] == counts[1] + counts[2] and counts[1] >= 1 and counts[2] >= 1
+    assert "from large pool" not in torch.openreg.memory_summary(3, abbreviated=True)
+    del keep
+
+
 def test_oom_then_recovery(python):
     r = python("""
         import torch
