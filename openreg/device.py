@@ -119,7 +119,8 @@ class device_of(device):
 class _DeviceProperties:
     """torch.cuda's device properties, with the values a simulated device has:
     its capacity (OPENREG_DEVICE_MEMORY), the host's L2 cache (kernels are CPU
-    code), one lane per "warp" and a stable uuid per device index."""
+    code) and its L1 data cache as "shared memory" (a core's fast local memory),
+    one lane per "warp" and per block, and a stable uuid per device index."""
     name: str
     total_memory: int
     major: int = 1
@@ -127,7 +128,11 @@ class _DeviceProperties:
     multi_processor_count: int = 1
     max_threads_per_multi_processor: int = 1
     warp_size: int = 1
+    max_threads_per_block: int = 1
     L2_cache_size: int = 0
+    shared_memory_per_block: int = 0
+    shared_memory_per_block_optin: int = 0
+    shared_memory_per_multiprocessor: int = 0
     is_integrated: bool = False  # device memory is the host's RAM, but the host cannot touch it
     is_multi_gpu_board: bool = False
     uuid: str = ""
@@ -147,20 +152,27 @@ def get_device_properties(device: _DeviceLike = None) -> _DeviceProperties:
     index = device if isinstance(device, int) else _get_device_index(device)
     if index < 0 or index >= device_count():
         raise AssertionError("Invalid device id")  # torch.cuda.get_device_properties' words
+    l1 = _host_cache_size(1, "Data")
     return _DeviceProperties(name=f"openreg simulated device {index}",
                              total_memory=_C._device_total_memory(),
-                             L2_cache_size=_host_l2_cache_size(),
+                             L2_cache_size=_host_cache_size(2, "Unified"),
+                             shared_memory_per_block=l1, shared_memory_per_block_optin=l1,
+                             shared_memory_per_multiprocessor=l1,
                              uuid=str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"openreg:{index}")),
                              pci_bus_id=index)
 
 
-def _host_l2_cache_size() -> int:
-    """The first CPU's L2 cache in bytes (sysfs), 0 if unknown."""
+def _host_cache_size(level: int, kind: str) -> int:
+    """The first CPU's cache of `level` and `kind` ("Data", "Unified") in bytes
+    (sysfs), 0 if unknown."""
     base = "/sys/devices/system/cpu/cpu0/cache"
     try:
         for entry in sorted(os.listdir(base)):
             with open(os.path.join(base, entry, "level")) as f:
-                if f.read().strip() != "2":
+                if f.read().strip() != str(level):
+                    continue
+            with open(os.path.join(base, entry, "type")) as f:
+                if f.read().strip() != kind:
                     continue
             with open(os.path.join(base, entry, "size")) as f:
                 size = f.read().strip()

@@ -162,6 +162,9 @@ def test_properties_and_availability():
     assert props.uuid == torch.openreg.get_device_properties(1).uuid != torch.openreg.get_device_properties(0).uuid
     assert (props.warp_size, props.is_integrated, props.pci_bus_id) == (1, False, 1)
     assert props.L2_cache_size >= 0
+    assert props.max_threads_per_block == props.warp_size == 1
+    assert props.shared_memory_per_block == props.shared_memory_per_block_optin \
+        == props.shared_memory_per_multiprocessor >= 0
 
 
 def test_peer_access_and_capture_queries():
