@@ -186,3 +186,37 @@ def test_amp_kernels_match_cpu():
         results[device] = [t.cpu() for t in g] + [found.cpu(), scale.cpu(), tracker.cpu()]
     torch.testing.assert_close(results[DEVICE], results["cpu"], equal_nan=True)
     assert results[DEVICE][2].item() == 1.0 and results[DEVICE][3].item() == 4.0
+
+
+def test_cuda_amp_style_aliases_autocast_scale_and_cast_on_openreg():
+    # torch.cuda.amp's deprecated names, for scripts ported from CUDA: the same
+    # behaviour as torch.amp's with device "openreg", and CUDA's FutureWarning.
+    lin = torch.nn.Linear(4, 4).to("openreg")
+    x = torch.randn(2, 4, device="openreg")
+    with pytest.warns(FutureWarning, match=r"torch.amp.autocast\('openreg'"):
+        ctx = torch.openreg.amp.autocast(dtype=torch.bfloat16)
+    with ctx:
+        y = lin(x)
+    assert y.dtype == torch.bfloat16
+    with pytest.warns(FutureWarning, match="GradScaler"):
+        scaler = torch.openreg.amp.GradScaler(init_scale=8.0)
+    assert scaler.scale(torch.ones(1, device="openreg")).item() == 8.0
+
+    with pytest.warns(FutureWarning):
+        class Double(torch.autograd.Function):
+            @staticmethod
+            @torch.openreg.amp.custom_fwd(cast_inputs=torch.float32)
+            def forward(ctx, a):
+                return a * 2
+
+            @staticmethod
+            @torch.openreg.amp.custom_bwd
+            def backward(ctx, g):
+                return g * 2
+
+    a = torch.ones(2, device="openreg", dtype=torch.bfloat16, requires_grad=True)
+    with torch.autocast("openreg", dtype=torch.bfloat16):
+        out = Double.apply(a)
+    assert out.dtype == torch.float32  # cast_inputs: run in float32 under autocast
+    out.sum().backward()
+    assert a.grad.tolist() == [2.0, 2.0]
