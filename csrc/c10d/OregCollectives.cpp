@@ -4,6 +4,8 @@
 // keeps them alive until the worker is done; for openreg tensors, non-owning
 // views at the issue-time address (the Work keeps the caller's tensors).
 #include <ATen/MemoryOverlap.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/core/InferenceMode.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/sparse_coo_tensor.h>
@@ -96,6 +98,9 @@ std::vector<char*> rootBlocks(const std::vector<at::Tensor>& parts, c10::ScalarT
 // rank order, so all ranks end with the same tensor, which replaces `t`'s
 // contents.
 void allreduceSparse(Collective& c, const at::Tensor& t) {
+  // An inference tensor's sparse kernels expect the inference mode it was made
+  // in, which the group's worker thread does not inherit from the caller.
+  c10::InferenceMode inferenceMode(t.is_inference());
   at::Tensor in = t.coalesce();
   at::Tensor idx = in._indices().contiguous(), val = in._values().contiguous();
   int64_t n = c.size(), nnz = in._nnz();
@@ -120,8 +125,12 @@ void allreduceSparse(Collective& c, const at::Tensor& t) {
     idxs.push_back(allIdx[r].narrow(1, 0, counts[r]));
     vals.push_back(allVal[r].narrow(0, 0, counts[r]));
   }
-  t.copy_(at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), in.sizes(), in.options())
-              .coalesce());
+  // Written below autograd, as the dense collectives write through plain views:
+  // a leaf that requires grad takes the result like any other tensor.
+  at::Tensor sum =
+      at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), in.sizes(), in.options()).coalesce();
+  at::AutoDispatchBelowADInplaceOrView belowAutograd;
+  t.copy_(sum);
 }
 
 // `part` may alias `whole` only as NCCL's in-place form: exactly block `rank`

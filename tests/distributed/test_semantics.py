@@ -611,3 +611,33 @@ def collectives_in_the_profile(rank, n):
 
 def test_collectives_show_in_the_profile_as_device_work(tmp_path):
     spawn(collectives_in_the_profile, 2, tmp_path)
+
+
+def sparse_all_reduce(rank, n):
+    def make(r=rank):  # 1 at index 0 and r + 1 at index r: rank 0's two entries coalesce
+        return torch.sparse_coo_tensor(torch.tensor([[0, r]]), torch.tensor([1.0, r + 1.0]), (4,))
+    expected = sum(make(r).to_dense() for r in range(n)).tolist()
+    t = make()
+    dist.all_reduce(t)
+    assert t.to_dense().tolist() == expected, t
+    # Written below autograd, as dense results are: a leaf that requires grad,
+    # an inference tensor outside inference mode, and an asynchronous call in
+    # inference mode (finished on the group's worker) take the result too.
+    leaf = make().requires_grad_()
+    dist.all_reduce(leaf)
+    assert leaf.detach().to_dense().tolist() == expected
+    with torch.inference_mode():
+        inference = make()
+        work = dist.all_reduce(make(), async_op=True)
+        work.wait()
+        async_in_mode = make()
+        dist.all_reduce(async_in_mode, async_op=True).wait()
+    dist.all_reduce(inference)
+    assert inference.to_dense().tolist() == async_in_mode.to_dense().tolist() == expected
+    dense = torch.ones(2)
+    dist.all_reduce(dense)  # the group is still healthy
+    assert dense.tolist() == [float(n)] * 2
+
+
+def test_sparse_all_reduce_sums_and_writes_any_tensor(tmp_path):
+    spawn(sparse_all_reduce, 2, tmp_path)
