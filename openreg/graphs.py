@@ -21,8 +21,52 @@ def graph_pool_handle() -> tuple:
     return _C._graph_pool_handle()
 
 
-# torch.cuda.CUDAGraph's counterpart (the generic class, which openreg fills).
-Graph = torch.accelerator.Graph
+class Graph(torch.accelerator.Graph):
+    """torch.cuda.CUDAGraph's counterpart: the generic ``torch.accelerator.Graph``
+    (which openreg fills), with CUDAGraph's ``check_input_liveness``: a replay
+    after a tensor the capture read from outside the graph was freed raises,
+    naming where it was used and freed (openreg/_graph_inputs.py)."""
+
+    def __new__(cls, keep_graph: bool = False, *, pool=None, capture_error_mode="default",
+                check_input_liveness: bool = False):
+        return super().__new__(cls, keep_graph, pool=pool, capture_error_mode=capture_error_mode)
+
+    def __init__(self, keep_graph: bool = False, *, pool=None, capture_error_mode="default",
+                 check_input_liveness: bool = False):
+        super().__init__(keep_graph, pool=pool, capture_error_mode=capture_error_mode)
+        self.check_input_liveness = check_input_liveness
+        self._inputs = None  # the InputLiveness of the last capture, if checked
+
+    def capture_begin(self) -> None:
+        self._stop_noting()
+        self._inputs = None
+        super().capture_begin()
+        if self.check_input_liveness:
+            from ._graph_inputs import InputLiveness
+
+            self._inputs = InputLiveness()
+            self._inputs.__enter__()
+
+    def capture_end(self) -> None:
+        try:
+            super().capture_end()
+        finally:
+            self._stop_noting()
+
+    def replay(self) -> None:
+        if self._inputs is not None:
+            self._inputs.check(self.pool())
+        super().replay()
+
+    def reset(self) -> None:
+        self._stop_noting()
+        self._inputs = None
+        super().reset()
+
+    def _stop_noting(self) -> None:
+        if self._inputs is not None and self._inputs.noting:
+            self._inputs.noting = False
+            self._inputs.__exit__(None, None, None)
 
 
 class graph:
@@ -32,11 +76,20 @@ class graph:
 
     ``pool`` shares memory with other graphs (``graph_pool_handle()`` or another
     graph's ``pool()``; unset, the graph's own setting stays); ``capture_error_mode``
-    is accepted as CUDA's and has no effect here."""
+    is accepted as CUDA's (README: what it changes); ``check_input_liveness`` as
+    ``Graph``'s. ``enable_annotations`` (CUDA driver kernel annotations) is not built."""
 
     _capture_streams: dict = {}
 
-    def __init__(self, openreg_graph, pool=None, stream=None, capture_error_mode=None):
+    def __init__(self, openreg_graph, pool=None, stream=None, capture_error_mode=None,
+                 enable_annotations: bool = False, check_input_liveness: bool = False):
+        if enable_annotations:
+            raise NotImplementedError("openreg graphs have no kernel annotations "
+                                      "(torch.cuda.graph's enable_annotations)")
+        if check_input_liveness:
+            if not isinstance(openreg_graph, Graph):
+                raise TypeError("check_input_liveness needs a torch.openreg.Graph")
+            openreg_graph.check_input_liveness = True
         _lazy_init()
         device = torch.openreg.current_device()
         if stream is None:

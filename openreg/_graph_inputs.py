@@ -1,0 +1,92 @@
+"""``check_input_liveness`` for openreg graphs (torch.cuda.CUDAGraph's option).
+
+A graph replays its kernels on the addresses they had at capture: a tensor the
+capture read from outside the graph's pool must outlive the graph, or a replay
+reads freed (perhaps reused) device memory, silently. With the option on, a
+dispatch mode notes each such input while the capture runs, and ``replay()``
+raises if any is gone, naming where it was used and where it was freed.
+Tests: tests/runtime/test_graphs.py.
+"""
+import traceback
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_iter
+
+
+def _stack(skip: int) -> str:
+    return "".join(traceback.format_stack()[:-skip])
+
+
+class _Input:
+    """A tensor a capture read: alive while its storage is, at the same address."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        self.address, self.device = storage.data_ptr(), tensor.device
+        self.used_at, self.freed_at = _stack(4), None
+
+        def freed(_ref) -> None:
+            try:
+                self.freed_at = _stack(1)
+            except Exception:  # never raise in a finalizer
+                pass
+
+        self.storage = weakref.ref(storage, freed)
+
+    def alive(self) -> bool:
+        storage = self.storage()
+        return storage is not None and storage.data_ptr() == self.address
+
+
+class InputLiveness(TorchDispatchMode):
+    """Notes the openreg (and pinned host) tensors each captured op reads that
+    no earlier captured op wrote; ``check`` before each replay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inputs: dict = {}   # storage address -> _Input
+        self.outputs: set = set()  # storage addresses the capture produced
+        self.noting = True  # entered, until the capture ends
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if torch.openreg.is_current_stream_capturing():
+            for t in tree_iter((args, kwargs)):
+                if isinstance(t, torch.Tensor) and (t.is_openreg or t.is_pinned()):
+                    address = t.untyped_storage().data_ptr()
+                    if address and address not in self.outputs and address not in self.inputs:
+                        self.inputs[address] = _Input(t)
+            for t in tree_iter(out):
+                if isinstance(t, torch.Tensor) and t.is_openreg:
+                    self.outputs.add(t.untyped_storage().data_ptr())
+        return out
+
+    def check(self, pool) -> None:
+        # A dead input whose address lies in a live block of the graph's own pool
+        # was the graph's memory all along (a static input made during capture).
+        dead = [i for i in self.inputs.values() if not i.alive() and not _in_pool(i, pool)]
+        if not dead:
+            return
+        parts = [f"openreg graph replay detected {len(dead)} dead tensor(s): inputs the "
+                 "capture read were freed, and the replay would read their memory.\n"]
+        for k, i in enumerate(dead[:5], 1):
+            parts.append(f"Dead tensor #{k} (data_ptr={i.address:#x}, {i.device}), used in "
+                         f"the capture at:\n{i.used_at}")
+            if i.freed_at:
+                parts.append(f"  and freed at:\n{i.freed_at}")
+        if len(dead) > 5:
+            parts.append(f"  ... and {len(dead) - 5} more\n")
+        raise RuntimeError("".join(parts))
+
+
+def _in_pool(i: _Input, pool) -> bool:
+    for segment in torch.openreg.memory_snapshot(pool):
+        if segment["device"] != i.device.index:
+            continue
+        for block in segment["blocks"]:
+            if block["address"] <= i.address < block["address"] + block["size"] and \
+                    block["state"].startswith("active"):
+                return True
+    return False
