@@ -17,8 +17,10 @@ from .device import _get_device_index, _lazy_init, _raise_if_forked, device_coun
 class _DefaultGenerators:
     """Lazily created tuple-like view of the per-device default generators."""
 
-    def __getitem__(self, index: int) -> torch.Generator:
+    def __getitem__(self, index):
         _raise_if_forked()  # a generator object, as torch.cuda's tuple: no initialisation
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(len(self))[index])
         if isinstance(index, int) and index < 0:
             index += len(self)  # a tuple's rule, as torch.cuda.default_generators
         if not isinstance(index, int) or not 0 <= index < len(self):
@@ -43,7 +45,12 @@ def _generator(device, initialise: bool = True) -> torch.Generator:
         _lazy_init()
     else:
         _raise_if_forked()
-    index = _C._current_device() if device is None else _get_device_index(device)
+    if device is None:
+        index = _C._current_device()
+    elif isinstance(device, int) and device >= 0:
+        index = device  # out of range: the tuple's IndexError, as torch.cuda's get_rng_state(99)
+    else:
+        index = _get_device_index(device)
     return default_generators[index]
 
 

@@ -61,6 +61,17 @@ def test_devices_have_independent_generators():
     assert torch.equal(a, b)  # both seeded with 5, neither advanced the other
 
 
+def test_default_generators_index_and_slice_as_cudas_tuple():
+    gens = torch.openreg.default_generators
+    assert isinstance(gens[:2], tuple) and len(gens[:2]) == 2 and len(gens[::4]) == 2
+    assert gens[-1].device == torch.device("openreg:7")
+    # An index past the devices is the tuple's IndexError, as torch.cuda's.
+    with pytest.raises(IndexError, match="out of range"):
+        torch.openreg.get_rng_state(99)
+    with pytest.raises(IndexError, match="out of range"):
+        torch.openreg.set_rng_state(torch.openreg.get_rng_state(), 8)
+
+
 def test_state_layout_and_offset():
     torch.openreg.manual_seed(11)
     state = torch.openreg.get_rng_state()
