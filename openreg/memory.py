@@ -138,7 +138,7 @@ def set_per_process_memory_fraction(fraction, device=None) -> None:
     index = _get_device_index(device)
     if not isinstance(fraction, float):
         raise TypeError("Invalid type for fraction argument, must be `float`")
-    if fraction < 0 or fraction > 1:
+    if not 0 <= fraction <= 1:  # NaN too
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
     _C._set_memory_fraction(fraction, index)
 

@@ -54,7 +54,16 @@ def _generator(device, initialise: bool = True) -> torch.Generator:
     return default_generators[index]
 
 
+def _seeds_nothing() -> bool:
+    """A forked child of an initialised parent seeds nothing and does not
+    raise (a DataLoader worker's worker_init_fn may seed), as torch.cuda's
+    seeding is queued for an initialisation such a child never gets."""
+    return _C._is_forked_child()
+
+
 def manual_seed(seed: int) -> None:
+    if _seeds_nothing():
+        return
     _generator(None, initialise=False).manual_seed(int(seed))
 
 
@@ -62,17 +71,21 @@ def manual_seed_all(seed: int) -> None:
     # torch.manual_seed calls this for CPU-only code too: with the devices
     # unusable (a bad OPENREG_DEVICE_COUNT / _MEMORY) there is nothing to seed,
     # as torch.cuda's seeds nothing without devices.
-    if _C._config_error():
+    if _C._config_error() or _seeds_nothing():
         return
     for i in range(device_count()):
         _generator(i, initialise=False).manual_seed(int(seed))
 
 
 def seed() -> None:
+    if _seeds_nothing():
+        return
     _generator(None, initialise=False).seed()
 
 
 def seed_all() -> None:
+    if _seeds_nothing():
+        return
     s = _generator(0, initialise=False).seed()
     for i in range(1, device_count()):
         _generator(i, initialise=False).manual_seed(s)

@@ -72,6 +72,30 @@ def test_default_generators_index_and_slice_as_cudas_tuple():
         torch.openreg.set_rng_state(torch.openreg.get_rng_state(), 8)
 
 
+def test_seeding_in_a_forked_child_seeds_nothing_and_does_not_raise(python):
+    # As torch.cuda's (queued for an initialisation the child never gets): a
+    # fork-started DataLoader worker's worker_init_fn may seed.
+    r = python("""
+        import os, torch
+        torch.ones(1, device="openreg")  # the parent is initialised
+        pid = os.fork()
+        if pid == 0:
+            try:
+                torch.manual_seed(1); torch.openreg.manual_seed(1); torch.openreg.manual_seed_all(2)
+                torch.openreg.seed(); torch.openreg.seed_all()
+            except Exception:
+                os._exit(1)
+            try:
+                torch.openreg.initial_seed()  # reading a state initialises: refused
+                os._exit(2)
+            except RuntimeError as e:
+                os._exit(0 if "forked subprocess" in str(e) else 3)
+        print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    """, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0"
+
+
 def test_state_layout_and_offset():
     torch.openreg.manual_seed(11)
     state = torch.openreg.get_rng_state()

@@ -327,7 +327,7 @@ def test_per_process_memory_fraction_limits_reserved_memory(python):
             print("OOM", "32.00 MiB allowed" in str(e))
         o.set_per_process_memory_fraction(1.0)
         y = torch.empty(12 * MiB, dtype=torch.uint8, device="openreg")
-        for bad in (1.5, -0.1):
+        for bad in (1.5, -0.1, float("nan")):
             try:
                 o.set_per_process_memory_fraction(bad)
             except ValueError as e:
@@ -342,6 +342,7 @@ def test_per_process_memory_fraction_limits_reserved_memory(python):
         "0.5", "OOM True",
         "Invalid fraction value: 1.5. Allowed range: 0~1",
         "Invalid fraction value: -0.1. Allowed range: 0~1",
+        "Invalid fraction value: nan. Allowed range: 0~1",
         "Invalid type for fraction argument, must be `float`"]
 
 
