@@ -71,11 +71,7 @@ at::Tensor hostView(const at::Tensor& t, bool written) {
 void runSynchronously(const c10::Stream& stream, std::function<void()> body,
                       const at::Tensor& read, const at::Tensor& written) {
   checkHostAccess(stream, {read}, {written});
-  orStream raw = rawStream(stream);
-  if (orStreamQuery(raw) == orSuccess) {
-    runAsStreamWork(stream, body);
-    return;
-  }
+  if (runOnHostIfIdle(stream, [&] { runAsStreamWork(stream, body); })) return;
   launchKernel(stream, std::move(body));
   synchronizeStream(stream);
 }

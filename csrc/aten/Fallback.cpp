@@ -327,7 +327,9 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
 
   torch::jit::drop(*stack, num_args);
   torch::jit::Stack cpu_stack(call.args.begin(), call.args.end());
-  runAsStreamWork(stream, [&] { op.redispatchBoxed(kCPUKeys, &cpu_stack); });
+  runOnHostInStreamOrder(stream, [&] {
+    runAsStreamWork(stream, [&] { op.redispatchBoxed(kCPUKeys, &cpu_stack); });
+  });
   syncInputMetadata(call.originals, call.converted);
   for (auto& [dev, host] : out_args) {
     // A resize that grows the storage queues a copy of the old contents into

@@ -49,7 +49,9 @@ c10::Scalar _local_scalar_dense(const at::Tensor& self) {
   synchronizeStream(stream);
   checkHostAccess(stream, {self}, {});
   c10::Scalar value;
-  runAsStreamWork(stream, [&] { value = at::_local_scalar_dense(kernelView(self)); });  // a DtoH copy
+  runOnHostInStreamOrder(stream, [&] {  // a DtoH copy
+    runAsStreamWork(stream, [&] { value = at::_local_scalar_dense(kernelView(self)); });
+  });
   return value;
 }
 

@@ -66,9 +66,11 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return previous;
   }
   bool queryStream(const c10::Stream& s) const override {
-    orError e = orStreamQuery(rawStream(s));
+    const orStream raw = rawStream(s);
+    orError e = orStreamQuery(raw);
     if (e == orErrorNotReady) return false;
-    OPENREG_CHECK(e);
+    // A failed kernel's own message, as synchronize() and the events give it.
+    if (e != orSuccess) checkKernelError(e, c10::str(s), orStreamLastException(raw));
     return true;
   }
   void synchronizeStream(const c10::Stream& s) const override {

@@ -36,6 +36,29 @@ orStream rawStream(const c10::Stream& stream);
 int streamPriority(const c10::Stream& stream);
 // Waits for the stream; raises with the kernel's message if one failed.
 void synchronizeStream(const c10::Stream& stream);
+// Runs `body` on this thread as `stream`'s next item if the stream is idle
+// (orStreamBeginHostWork: kernels other threads launch meanwhile run after it,
+// and synchronisation waits for it) and returns true; false, running nothing,
+// if the stream is busy.
+template <class Body>
+bool runOnHostIfIdle(const c10::Stream& stream, Body&& body) {
+  const orStream raw = rawStream(stream);
+  if (!orStreamBeginHostWork(raw)) return false;
+  struct End {
+    orStream raw;
+    ~End() { orStreamEndHostWork(raw); }
+  } end{raw};
+  body();
+  return true;
+}
+// Waits for `stream`, then runs `body` as its next item (runOnHostIfIdle),
+// waiting again while other threads keep it busy.
+template <class Body>
+void runOnHostInStreamOrder(const c10::Stream& stream, Body&& body) {
+  do {
+    synchronizeStream(stream);
+  } while (!runOnHostIfIdle(stream, body));
+}
 // Waits for every stream of the device, and first for the work registered
 // with addDeviceSynchronizeWaiter; then raises a failed kernel's error, or
 // else the first error a waiter returned.

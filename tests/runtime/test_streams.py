@@ -227,14 +227,14 @@ def test_kernel_error_reaches_waiting_streams_events_and_device_sync(python):
             except RuntimeError as e:
                 return str(e).splitlines()[0]
             return "no error"
-        for name, fn in [("cpu", y.cpu), ("query", end.query),
+        for name, fn in [("cpu", y.cpu), ("query", end.query), ("stream query", s.query),
                          ("elapsed", lambda: start.elapsed_time(end)),
                          ("device", O.synchronize), ("empty_cache", O.empty_cache)]:
             print(name, "|", outcome(fn))
     """)
     assert r.returncode == 0, r.stderr
     got = dict(line.split(" | ") for line in r.stdout.splitlines())
-    for name in ("cpu", "query", "elapsed", "device"):
+    for name in ("cpu", "query", "stream query", "elapsed", "device"):
         assert "boom on the side stream" in got[name], (name, got[name])
     assert got["empty_cache"] == "no error"
 
@@ -368,3 +368,49 @@ def test_sync_debug_mode_reports_each_operation_that_waits_for_the_device(python
     assert lines[3] == "0 91.0"  # 1 + sum(2 * arange(10))
     assert lines[4:] == ["invalid value of debug_mode, expected one of `default`, `warn`, `error`",
                          "invalid value of debug_mode, expected one of 0,1,2"]
+
+
+@pytest.mark.parametrize("copy", ["host to device", "device to host"])
+def test_a_blocking_copy_the_host_runs_itself_keeps_its_place_in_the_stream(copy):
+    # On an idle stream the host thread does a blocking copy itself; it is still
+    # that stream's item: a kernel another thread queues on the stream meanwhile
+    # runs after it, and a synchronize or an event recorded meanwhile waits for it.
+    import threading
+    n = 1 << 25  # a copy of ~20-30 ms, long enough for the other thread to act during it
+    for _ in range(3):
+        x = torch.zeros(n, device="openreg:0")
+        src = torch.ones(n)
+        torch.openreg.synchronize()
+        started, out = threading.Event(), {}
+
+        def other():
+            started.wait()
+            time.sleep(0.002)
+            if copy == "host to device":
+                out["sum"] = x.sum()  # queued on the copying stream
+            else:
+                x.fill_(1.0)          # must not reach the snapshot being taken
+            torch.openreg.synchronize(0)
+            side = torch.openreg.Stream(device=0)
+            with torch.openreg.stream(side):  # no wait: the synchronize already did
+                out["sum_after_synchronize"] = x.sum()
+            e = torch.openreg.Event()
+            e.record(torch.openreg.default_stream(0))
+            side.wait_event(e)
+            with torch.openreg.stream(side):
+                out["side_sum"] = x.sum()
+            side.synchronize()
+
+        t = threading.Thread(target=other)
+        t.start()
+        started.set()
+        if copy == "host to device":
+            x.copy_(src)
+        else:
+            snapshot = x.cpu()
+        t.join()
+        assert out["sum_after_synchronize"].item() == out["side_sum"].item() == n
+        if copy == "host to device":
+            assert out["sum"].item() == n
+        else:
+            assert snapshot.sum().item() in (0, n)  # before or after the fill, never torn

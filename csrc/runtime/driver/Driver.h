@@ -146,6 +146,13 @@ orError orStreamQuery(orStream stream);        // orSuccess or orErrorNotReady
 // `stream`: a position in it, to tell whether anything was queued since.
 uint64_t orStreamLaunchCount(orStream stream);
 orError orStreamSynchronize(orStream stream);  // blocks the calling thread
+// Work the host thread runs itself as `stream`'s next item (a blocking copy,
+// an operator run synchronously): Begin claims the stream if it is idle (false,
+// claiming nothing, if it is busy, failed or capturing). Until End, the stream
+// has that item pending: queries say not ready, synchronisation and events
+// wait for it, and kernels other threads launch on the stream run after it.
+bool orStreamBeginHostWork(orStream stream);
+void orStreamEndHostWork(orStream stream);
 // The first kernel exception on this stream (null if none; sticky), and its
 // message (c10 errors without their C++ backtrace, as PyTorch shows them).
 std::exception_ptr orStreamLastException(orStream stream);

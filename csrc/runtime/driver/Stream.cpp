@@ -84,6 +84,7 @@ struct orStream_st {
   // While taking part in a capture: launches go there, not to `queue`.
   std::shared_ptr<Capture> capture;  // GUARDED_BY mutex
   std::atomic<bool> capturing{false};  // capture != null, readable without the mutex
+  bool host_working = false;  // GUARDED_BY mutex; orStreamBeginHostWork's item runs
   orError refuseWhileCapturing() {
     std::lock_guard<std::mutex> lock(mutex);
     if (capture) capture->invalidated = true;
@@ -126,7 +127,8 @@ void orStream_st::run() {
     {
       std::unique_lock<std::mutex> lock(mutex);
       if (ran) finished.push_back(std::move(ran));
-      auto has_work = [&] { return !queue.empty(); };
+      // Kernels queued behind the host's own item wait for it.
+      auto has_work = [&] { return !queue.empty() && !host_working; };
       if (g_idle_hook && !work_cv.wait_for(lock, kIdleBeforeHook, has_work)) {
         lock.unlock();
         g_idle_hook();
@@ -302,6 +304,36 @@ orError orStreamQuery(orStream stream) {
     return orErrorNotReady;
   orSanitizerHostJoin(seen);
   return orSuccess;
+}
+
+bool orStreamBeginHostWork(orStream stream) {
+  if (!stream || orIsForkedChild() || stream->capturing.load() || stream->failed.load())
+    return false;
+  // Seen before the counts, as orStreamQuery: the host learns what it saw end.
+  orSanitizerPoint seen = detail::sanitizerSnapshot(stream);
+  {
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    if (stream->host_working || stream->capture ||
+        stream->completed.load() != stream->enqueued.load())
+      return false;
+    stream->host_working = true;
+    stream->enqueued.fetch_add(1);
+  }
+  orSanitizerHostJoin(seen);
+  return true;
+}
+
+void orStreamEndHostWork(orStream stream) {
+  {
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    stream->host_working = false;
+    // As the worker completes an item (the waiters' protocol in waitFor).
+    if (stream->completed.fetch_add(1) + 1 >= stream->wake_at.load()) {
+      stream->wake_at.store(orStream_st::kNoWaiter);
+      stream->done_cv.notify_all();
+    }
+  }
+  stream->work_cv.notify_one();
 }
 
 uint64_t orStreamLaunchCount(orStream stream) {
