@@ -48,7 +48,7 @@ class InputLiveness(TorchDispatchMode):
         super().__init__()
         self.inputs: dict = {}   # storage address -> _Input
         self.outputs: set = set()  # storage addresses the capture produced
-        self.noting = True  # entered, until the capture ends
+        self._noting = True  # entered, until stop()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -62,6 +62,12 @@ class InputLiveness(TorchDispatchMode):
                 if isinstance(t, torch.Tensor) and t.is_openreg:
                     self.outputs.add(t.untyped_storage().data_ptr())
         return out
+
+    def stop(self) -> None:
+        """Leaves the mode (at the capture's end); idempotent."""
+        if self._noting:
+            self._noting = False
+            self.__exit__(None, None, None)
 
     def check(self, pool) -> None:
         # A dead input whose address lies in a live block of the graph's own pool

@@ -64,9 +64,8 @@ class Graph(torch.accelerator.Graph):
         super().reset()
 
     def _stop_noting(self) -> None:
-        if self._inputs is not None and self._inputs.noting:
-            self._inputs.noting = False
-            self._inputs.__exit__(None, None, None)
+        if self._inputs is not None:
+            self._inputs.stop()
 
 
 class graph:

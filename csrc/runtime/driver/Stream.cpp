@@ -307,7 +307,8 @@ orError orStreamQuery(orStream stream) {
 }
 
 bool orStreamBeginHostWork(orStream stream) {
-  if (!stream || orIsForkedChild() || stream->capturing.load() || stream->failed.load())
+  if (!stream || orIsForkedChild() || stream->capturing.load() || stream->failed.load() ||
+      stream->completed.load() != stream->enqueued.load())  // busy: no lock taken
     return false;
   // Seen before the counts, as orStreamQuery: the host learns what it saw end.
   orSanitizerPoint seen = detail::sanitizerSnapshot(stream);
