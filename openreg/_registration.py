@@ -1,6 +1,14 @@
 """Tells PyTorch about the "openreg" device (the Python side of PrivateUse1):
-renames the backend, installs ``torch.openreg``, and generates the
-``Tensor.openreg()`` / ``is_openreg`` style helpers.
+- renames the backend (``torch.utils.rename_privateuse1_backend``), installs
+  ``torch.openreg`` (``torch._register_device_module``) and generates the
+  ``Tensor.openreg()`` / ``is_openreg`` style helpers
+  (``generate_methods_for_privateuse1_backend``);
+- registers the graph backend for ``torch.accelerator.Graph``
+  (``GraphImplRegistry``, csrc/runtime/OpenRegGraph.cpp);
+- once ``torch._dynamo`` is imported: Dynamo's device interface
+  (``register_interface_for_device``) and its constant folds;
+- once ``torch._inductor.compile_fx`` is imported: the Inductor backend
+  (``register_backend_for_device``, openreg/_inductor).
 """
 import importlib.abc
 import importlib.util

@@ -1,3 +1,4 @@
+// PyTorch hook: TORCH_LIBRARY_IMPL(aten, PrivateUse1) for the ops below.
 // Native kernels for the cumulative operators whose CPU kernels have no Meta
 // counterpart, which the generic fallback would otherwise run synchronously
 // on the host (and a graph capture could not record): cummax and cummin

@@ -1,3 +1,4 @@
+// PyTorch hook: TORCH_LIBRARY_IMPL(aten, PrivateUse1) for native_dropout.
 // native_dropout for openreg: the CPU kernel's algorithm, composed of openreg
 // ops, so the mask is drawn from the openreg device's default generator.
 //

@@ -1,5 +1,6 @@
 // The generic path for every operator without a native openreg kernel: a
-// boxed fallback registered for PrivateUse1 (TORCH_LIBRARY_IMPL(_, PrivateUse1)).
+// boxed fallback registered for PrivateUse1 (TORCH_LIBRARY_IMPL(_, PrivateUse1),
+// in RegisterOpenReg.cpp with the other registrations).
 //
 // Asynchronous path (most operators): the host runs the operator on Meta
 // tensors to learn output shapes, strides and aliasing, allocates the outputs

@@ -13,7 +13,7 @@
 //  - addr, native_group_norm, linalg__powsum: the composite kernels are math
 //    decompositions that round differently from the CPU kernels; openreg
 //    promises CPU-exact numbers. (native_layer_norm has a native kernel, Nn.cpp.)
-//    native_group_norm also has checks (registerCheckedFallbacks, below).
+//    native_group_norm also has checks (registerCheckedFallbacks, FallbackChecks.cpp).
 //  - mode.values (out=): the composite kernel accepts only CPU, CUDA and XPU
 //    tensors.
 //  - conj_physical_: the composite kernel calls the CPU's DispatchStub

@@ -5,7 +5,8 @@
 // nested buffer views and the NestedTensorPrivateUse1 kernels and fallback
 // (NestedFallback.cpp), ops routed to the fallback over a composite kernel
 // (RegisterFallbackRoutes.cpp), AutocastPrivateUse1 (Autocast.cpp), the SDPA
-// choice stub (Attention.cpp), fused RNN cells (openreg/rnn.py).
+// choice stub (Attention.cpp), _cummax_helper / _cummin_helper /
+// _logcumsumexp (CumulativeOps.cpp), fused RNN cells (openreg/rnn.py).
 // Everything else goes to the boxed fallback.
 // Tests: tests/ops/.
 #include <ATen/ops/_reshape_alias_native.h>

@@ -1,3 +1,4 @@
+// PyTorch hook: TORCH_LIBRARY_IMPL(aten, PrivateUse1) for the ops below.
 // Native kernels for the operators behind nn.SyncBatchNorm (CUDA has kernels
 // for them and the CPU none, so the generic fallback cannot run them):
 // batch_norm_stats, batch_norm_gather_stats(_with_counts), batch_norm_elemt,

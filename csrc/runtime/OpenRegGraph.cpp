@@ -1,6 +1,8 @@
 // PyTorch hook: at::GraphImplInterface (the GraphImplRegistry behind
 // torch.accelerator.Graph), what CUDAGraph is for CUDA: capture the kernels a
 // region launches on the current stream, then replay them with one launch.
+// Registered at run time, once PrivateUse1 is renamed "openreg" (the
+// registry keys on the name): registerGraphImpl(), from openreg/_registration.py.
 //
 // Capture is the driver's (orStreamBeginCapture: a capturing stream, and any
 // stream that forks into the capture by waiting for an event recorded in it,

@@ -1,7 +1,9 @@
 """Inductor's backend for openreg (torch.compile's default).
 
-Loaded on first use (importing Inductor costs about a second): torch finds the
-code generators through ``torch.openreg.Scheduling`` etc. (``openreg.__getattr__``).
+Loaded on first use (importing Inductor costs about a second):
+openreg/_registration.py calls ``register_backend()`` below once Inductor's
+compile_fx is imported (``torch.openreg.Scheduling`` etc., which torch's
+``init_backend_registration`` would find otherwise, are only the fallback).
 Dynamo's device interface (openreg/_device_interface.py) is registered earlier, when
 ``torch._dynamo`` is imported (openreg/_registration.py).
 Inductor's FX graph cache keys on a digest of this package (cache_key.py), so

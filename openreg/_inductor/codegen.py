@@ -7,8 +7,8 @@ Inductor's C++ CPU kernels (``CppScheduling``) and changes two things in the
 Python wrapper: each kernel is built by ``kernels.build`` instead of
 the CPU's Python binding (calling it queues it on the current stream), and
 buffers are allocated on their own openreg device.
-Torch finds these classes as ``torch.openreg.Scheduling`` etc. when Inductor
-first registers its backends (``init_backend_registration``).
+They are registered by ``register_backend()`` (openreg/_inductor/__init__.py),
+with the FX graph cache key, once Inductor's compile_fx is imported.
 """
 
 import torch

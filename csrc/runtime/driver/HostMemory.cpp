@@ -1,6 +1,7 @@
 // Pinned ("page-locked") host memory. On a real GPU pinning lets DMA run
-// asynchronously; here it only marks the allocation so the runtime can apply
-// CUDA's rule: non_blocking copies are asynchronous only with pinned memory.
+// asynchronously; here it marks the allocation (and mlocks it, best effort,
+// as cudaHostAlloc locks its pages) so the runtime can apply CUDA's rule:
+// non_blocking copies are asynchronous only with pinned memory.
 #include "Internal.h"
 
 #include <pthread.h>
