@@ -11,7 +11,9 @@ do for openreg what torch's do for CUDA (csrc/runtime/OpenRegIPCTypes.h):
 - the sender's block outlives its storage until every receiver dropped its
   copy; `torch.openreg.ipc_collect()` (also run at each share and before an
   out-of-memory error) frees those already released, as `torch.cuda.ipc_collect()`;
-- tensors sharing a storage arrive sharing one (torch's storage_from_cache).
+- tensors sharing a storage arrive sharing one (torch's storage_from_cache);
+- interprocess events (``torch.openreg.Event(interprocess=True)``) arrive as
+  the same event, as torch.cuda.Event's do.
 CPU (and other) tensors keep torch's reducers.
 Tests: tests/runtime/test_ipc.py.
 """
@@ -96,8 +98,20 @@ def _reduce_storage(storage):
     return (_rebuild_storage, (storage.device, _share(storage)))
 
 
+def _rebuild_event(device, handle):
+    from .streams import Event
+    return Event.from_ipc_handle(device, handle)
+
+
+def _reduce_event(event):
+    # As torch's reduce_event for torch.cuda.Event: interprocess events only.
+    return (_rebuild_event, (event.device, event.ipc_handle()))
+
+
 def register() -> None:
     """Installs the reducers over torch's (torch.multiprocessing registered its own at import)."""
+    from .streams import Event
+    ForkingPickler.register(Event, _reduce_event)
     for cls in (*torch._tensor_classes, torch.Tensor, torch.nn.parameter.Parameter):
         ForkingPickler.register(cls, _reduce_tensor)
     ForkingPickler.register(torch.UntypedStorage, _reduce_storage)

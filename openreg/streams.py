@@ -50,12 +50,37 @@ class Stream(torch.Stream):
 
 
 class Event(torch.Event):
-    """A marker in a stream; ``enable_timing=True`` allows ``elapsed_time``."""
+    """A marker in a stream; ``enable_timing=True`` allows ``elapsed_time``.
+
+    ``interprocess=True`` (no timing, as CUDA's) makes an event of the current
+    device that other processes open with ``Event.from_ipc_handle(device,
+    event.ipc_handle())`` (or receive through torch.multiprocessing): a record
+    in any of them is what the others' ``wait``, ``query`` and ``synchronize``
+    see (csrc/runtime/OpenRegIpcEvent.h).
+    """
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        if interprocess and enable_timing:
+            # CUDA refuses cudaEventInterprocess without cudaEventDisableTiming.
+            raise RuntimeError("openreg: an event cannot be both interprocess and timing "
+                               "(use enable_timing=False with interprocess=True)")
+        event = super().__new__(cls, device="openreg", enable_timing=enable_timing, blocking=blocking)
         if interprocess:
-            raise RuntimeError("openreg events do not support interprocess=True")
-        return super().__new__(cls, device="openreg", enable_timing=enable_timing, blocking=blocking)
+            _lazy_init()
+            _C._event_make_interprocess(event, _C._current_device())
+        return event
+
+    @classmethod
+    def from_ipc_handle(cls, device, handle: bytes) -> "Event":
+        """The interprocess event another process's ``ipc_handle()`` returned, used on ``device``."""
+        _lazy_init()
+        event = super().__new__(cls, device="openreg")
+        _C._event_open_interprocess(event, _get_device_index(device), handle)
+        return event
+
+    def ipc_handle(self) -> bytes:
+        """The bytes another process passes to ``Event.from_ipc_handle`` (interprocess events only)."""
+        return _C._event_ipc_handle(self)
 
     def elapsed_time(self, end_event: torch.Event) -> float:
         """Milliseconds between this event and ``end_event`` (both recorded and complete)."""

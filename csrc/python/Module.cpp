@@ -23,6 +23,7 @@
 #include "../runtime/OpenRegGraph.h"
 #include "../runtime/OpenRegHostAllocator.h"
 #include "../runtime/OpenRegIPCTypes.h"
+#include "../runtime/OpenRegIpcEvent.h"
 #include "../runtime/OpenRegMemPool.h"
 #include "../runtime/OpenRegStream.h"
 
@@ -191,6 +192,21 @@ PYBIND11_MODULE(_C, m) {
     auto* a = reinterpret_cast<THPEvent*>(start.ptr());
     auto* b = reinterpret_cast<THPEvent*>(end.ptr());
     return a->event.elapsedTime(b->event);
+  });
+  // Event(interprocess=True), ipc_handle(), from_ipc_handle() (OpenRegIpcEvent.h).
+  auto thpEvent = [](py::handle event) -> c10::Event& {
+    TORCH_CHECK(THPEvent_Check(event.ptr()), "expected a torch.Event");
+    return reinterpret_cast<THPEvent*>(event.ptr())->event;
+  };
+  m.def("_event_make_interprocess", [thpEvent](py::handle event, c10::DeviceIndex device) {
+    makeInterprocessEvent(thpEvent(event), device);
+  });
+  m.def("_event_open_interprocess",
+        [thpEvent](py::handle event, c10::DeviceIndex device, const py::bytes& handle) {
+          openInterprocessEvent(thpEvent(event), device, handle);
+        });
+  m.def("_event_ipc_handle", [thpEvent](py::handle event) {
+    return py::bytes(interprocessEventHandle(thpEvent(event)));
   });
   m.def("_sanitizer_enable", [](bool on) {
     const bool was = orSanitizerEnabled();

@@ -8,6 +8,7 @@
 #include "OpenRegCachingAllocator.h"
 #include "OpenRegException.h"
 #include "OpenRegFunctions.h"
+#include "OpenRegIpcEvent.h"
 #include "OpenRegStream.h"
 
 namespace openreg {
@@ -91,6 +92,12 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 " does not match recording stream's device index ",
                 static_cast<int>(s.device_index()), ".");
     if (!*event) {
+      // An interprocess event made by OpenRegIpcEvent.cpp, which records
+      // nothing here (see there).
+      if (orEvent made = takeEventToAdopt()) {
+        *event = made;
+        return;
+      }
       orEvent created = nullptr;
       OPENREG_CHECK(orEventCreate(&created, flag == c10::EventFlag::BACKEND_DEFAULT));
       *event = created;
@@ -136,7 +143,11 @@ struct OpenRegGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   static void checkEventError(orError e, void* event) {
     if (e == orSuccess) return;
     orStream stream = orEventStream(static_cast<orEvent>(event));
-    checkKernelError(e, "the stream of an event", stream ? orStreamLastException(stream) : nullptr);
+    const bool remote = !stream && orEventIsInterprocess(static_cast<orEvent>(event));
+    checkKernelError(e,
+                     remote ? "the stream of another process that recorded an interprocess event"
+                            : "the stream of an event",
+                     stream ? orStreamLastException(stream) : nullptr);
   }
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& s) const override {
     getCachingAllocator()->recordStream(data_ptr, s);

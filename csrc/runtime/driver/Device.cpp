@@ -104,6 +104,8 @@ const char* orGetErrorString(orError error) {
       return "the capture sequence contains a fork that was not joined to the primary stream";
     case orErrorStreamCaptureMerge:
       return "operation would have merged two independent capture sequences";
+    case orErrorIpcPeerExited:
+      return "the process that recorded the interprocess event exited before the event completed";
     case orErrorForkedChild:
       return "openreg was initialized in the parent process and cannot be used in a forked child";
   }

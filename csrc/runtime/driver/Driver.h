@@ -42,6 +42,7 @@ enum orError {
   orErrorStreamCaptureUnmatched,    // a capture ended on a stream that did not begin it
   orErrorStreamCaptureUnjoined,     // a capture ended before waiting for a stream that forked into it
   orErrorStreamCaptureMerge,        // a wait would join two captures
+  orErrorIpcPeerExited,  // the process that recorded an interprocess event exited before it completed
 };
 
 const char* orGetErrorString(orError error);
@@ -212,6 +213,27 @@ orError orEventQueryNoSync(orEvent event);
 // Milliseconds between two recorded, completed, timing-enabled events
 // (orErrorInvalidDevice: recorded on two devices).
 orError orEventElapsedTime(float* ms, orEvent start, orEvent end);
+
+// Interprocess events (~ cudaEventInterprocess, cudaIpcGetEventHandle,
+// cudaIpcOpenEventHandle): the event's state lives in a memfd that another
+// process opens through /proc (as peer device memory). Every process holding
+// it may record it, wait for it on a stream, query and synchronise with it;
+// each sees the latest record made in any of them. A record is published
+// when its stream reaches it, also after a kernel failed there (waiters then
+// fail with orErrorLaunchFailure); a recorder that exits before that fails
+// them with orErrorIpcPeerExited. No timing, no use in a capture.
+struct orIpcEventHandle {
+  int64_t pid = 0;     // the creating process
+  int64_t fd = -1;     // its memfd of the event
+  uint64_t inode = 0;  // that memfd's
+};
+orError orEventCreateInterprocess(orEvent* event);
+// orErrorInvalidValue for an event not created interprocess.
+orError orIpcGetEventHandle(orIpcEventHandle* handle, orEvent event);
+// orErrorInvalidValue: no such event (its creator destroyed it or exited, or
+// the handle is not one).
+orError orIpcOpenEventHandle(orEvent* event, const orIpcEventHandle& handle);
+bool orEventIsInterprocess(orEvent event);
 
 // ---- race checker (~ torch.cuda._sanitizer) ---------------------------------
 // Off unless OPENREG_SANITIZER=1 or orSanitizerEnable(true). When on, every

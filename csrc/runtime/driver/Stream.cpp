@@ -10,6 +10,7 @@
 // that is reached: a host that waits for a long queue (loss.item() after a
 // training step) is woken once, not after every kernel.
 #include "Internal.h"
+#include "IpcEvent.h"
 
 #include <c10/util/Exception.h>
 #include <c10/util/thread_name.h>
@@ -85,6 +86,14 @@ struct orStream_st {
   std::shared_ptr<Capture> capture;  // GUARDED_BY mutex
   std::atomic<bool> capturing{false};  // capture != null, readable without the mutex
   bool host_working = false;  // GUARDED_BY mutex; orStreamBeginHostWork's item runs
+  // Called once the stream completed `seq`, with whether it had failed by
+  // then, whether or not its kernels ran: an interprocess event's record is
+  // published so, for waiters in other processes, which cannot see this
+  // stream's counters (a failed stream skips its kernels).
+  std::vector<std::pair<uint64_t, std::function<void(bool)>>> on_reached;  // GUARDED_BY mutex
+  std::atomic<size_t> on_reached_count{0};
+  void whenReached(uint64_t seq, std::function<void(bool)> callback);
+  void runReached(uint64_t done);
   orError refuseWhileCapturing() {
     std::lock_guard<std::mutex> lock(mutex);
     if (capture) capture->invalidated = true;
@@ -152,6 +161,7 @@ void orStream_st::run() {
     // seq_cst increment then load, against the waiter's store then load of
     // the same two atomics: one of the two sides sees the other's write.
     uint64_t done = completed.fetch_add(1) + 1;
+    if (on_reached_count.load() != 0) runReached(done);
     if (done >= wake_at.load()) {
       std::lock_guard<std::mutex> lock(mutex);
       wake_at.store(kNoWaiter);  // waiters still short of their target re-register
@@ -169,6 +179,32 @@ void orStream_st::waitFor(uint64_t seq) {
     if (completed.load() >= seq) return;
     done_cv.wait(lock);
   }
+}
+
+void orStream_st::whenReached(uint64_t seq, std::function<void(bool)> callback) {
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    on_reached.emplace_back(seq, std::move(callback));
+    on_reached_count.store(on_reached.size());
+  }
+  // seq_cst store then load, against the worker's increment then load: if
+  // the worker missed this callback, this sees its count.
+  const uint64_t done = completed.load();
+  if (done >= seq) runReached(done);
+}
+
+void orStream_st::runReached(uint64_t done) {
+  std::vector<std::function<void(bool)>> due;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto later = std::partition(on_reached.begin(), on_reached.end(),
+                                [done](const auto& entry) { return entry.first > done; });
+    for (auto it = later; it != on_reached.end(); ++it) due.push_back(std::move(it->second));
+    on_reached.erase(later, on_reached.end());
+    on_reached_count.store(on_reached.size());
+  }
+  const bool has_failed = failed.load();
+  for (auto& callback : due) callback(has_failed);
 }
 
 void orSetStreamIdleHook(void (*hook)()) { g_idle_hook = hook; }
@@ -534,12 +570,24 @@ struct Record {
 
 struct orEvent_st {
   bool timing = false;
+  // Interprocess events: the shared state, and the generation of `record`
+  // (this process's latest record of it; the latest of all processes may be
+  // another's, which is then waited for through `ipc` alone).
+  std::shared_ptr<detail::IpcEvent> ipc;
   std::mutex mutex;
   std::shared_ptr<Record> record;  // GUARDED_BY mutex; null until recorded
+  uint64_t generation = 0;         // GUARDED_BY mutex
 
   std::shared_ptr<Record> current() {
     std::lock_guard<std::mutex> lock(mutex);
     return record;
+  }
+  // For an interprocess event: the latest record's generation (0: none yet),
+  // and this process's Record of it, if it made that one (else null).
+  std::shared_ptr<Record> currentShared(uint64_t* latest) {
+    std::lock_guard<std::mutex> lock(mutex);
+    *latest = ipc->latest();
+    return generation == *latest ? record : nullptr;
   }
 };
 
@@ -558,6 +606,9 @@ orError orEventDestroy(orEvent event) {
 orError orEventRecord(orEvent event, orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!event || !stream) return orErrorInvalidValue;
+  // A graph's replays would need a new shared generation each: CUDA graphs
+  // do not take interprocess events either.
+  if (event->ipc && stream->capturing.load()) return stream->refuseWhileCapturing();
   if (stream->capturing.load()) {
     auto record = std::make_shared<Record>();
     record->stream = stream;
@@ -595,6 +646,16 @@ orError orEventRecord(orEvent event, orStream stream) {
     record->seq = stream->enqueued.fetch_add(1) + 1;
   }
   stream->work_cv.notify_one();
+  if (event->ipc) {
+    const uint64_t generation = event->ipc->claim();
+    stream->whenReached(record->seq, [ipc = event->ipc, generation](bool failed) {
+      ipc->publish(generation, failed);
+    });
+    std::lock_guard<std::mutex> lock(event->mutex);
+    event->record = std::move(record);
+    event->generation = generation;
+    return orSuccess;
+  }
   std::lock_guard<std::mutex> lock(event->mutex);
   event->record = std::move(record);
   return orSuccess;
@@ -642,10 +703,35 @@ orError waitInCapture(orStream stream, const Record& record) {
 }
 }  // namespace
 
+namespace {
+// Why a wait for another process's record of an interprocess event failed.
+std::string ipcWaitFailure(orError status, const detail::IpcEvent& ipc, uint64_t generation) {
+  const std::string who = "process " + std::to_string(ipc.recorder(generation));
+  if (status == orErrorIpcPeerExited)
+    return "openreg: " + who + ", which recorded the interprocess event waited for, exited " +
+           "before the event completed";
+  return "openreg: a kernel failed on the stream of " + who +
+         " that recorded the interprocess event waited for";
+}
+}  // namespace
+
 orError orStreamWaitEvent(orStream stream, orEvent event) {
   OR_RETURN_IF_FORKED();
   if (!event || !stream) return orErrorInvalidValue;
-  auto record = event->current();
+  std::shared_ptr<Record> record;
+  if (event->ipc) {
+    uint64_t latest = 0;
+    record = event->currentShared(&latest);
+    if (!record && latest != 0) {  // another process's record
+      if (stream->capturing.load()) return stream->refuseWhileCapturing();
+      return orLaunchKernel(stream, [ipc = event->ipc, latest] {
+        const orError status = ipc->wait(latest);
+        if (status != orSuccess) throw std::runtime_error(ipcWaitFailure(status, *ipc, latest));
+      });
+    }
+  } else {
+    record = event->current();
+  }
   if (!record || record->stream == stream) return orSuccess;  // in-order already
   if (record->capture) return waitInCapture(stream, *record);
   if (stream->capturing.load()) return stream->refuseWhileCapturing();
@@ -677,7 +763,13 @@ orError hostWaitForCaptureEvent(Capture& capture) {
 orError queryEvent(orEvent event, std::shared_ptr<Record>* seen) {
   OR_RETURN_IF_FORKED();
   if (!event) return orErrorInvalidValue;
-  *seen = event->current();
+  if (event->ipc) {
+    uint64_t latest = 0;
+    *seen = event->currentShared(&latest);
+    if (!*seen) return event->ipc->status(latest);  // another process's record, or none
+  } else {
+    *seen = event->current();
+  }
   const Record* record = seen->get();
   if (!record) return orSuccess;
   if (record->capture) return hostWaitForCaptureEvent(*record->capture);
@@ -708,15 +800,23 @@ orSanitizerPoint eventPoint(orEvent event) {
 }  // namespace detail
 
 orStream orEventStream(orEvent event) {
-  if (orIsForkedChild()) return nullptr;  // the event's mutex may be held by a lost thread
-  auto record = event ? event->current() : nullptr;
+  if (orIsForkedChild() || !event) return nullptr;  // the event's mutex may be held by a lost thread
+  uint64_t latest = 0;
+  auto record = event->ipc ? event->currentShared(&latest) : event->current();
   return record ? record->stream : nullptr;
 }
 
 orError orEventSynchronize(orEvent event) {
   OR_RETURN_IF_FORKED();
   if (!event) return orErrorInvalidValue;
-  auto record = event->current();
+  std::shared_ptr<Record> record;
+  if (event->ipc) {
+    uint64_t latest = 0;
+    record = event->currentShared(&latest);
+    if (!record) return event->ipc->wait(latest);  // another process's record, or none
+  } else {
+    record = event->current();
+  }
   if (!record) return orSuccess;
   if (record->capture) return hostWaitForCaptureEvent(*record->capture);
   record->stream->waitFor(record->seq);
@@ -737,5 +837,37 @@ orError orEventElapsedTime(float* ms, orEvent start, orEvent end) {
   *ms = static_cast<float>(b->time_ns.load() - a->time_ns.load()) / 1e6f;
   return orSuccess;
 }
+
+// ---- interprocess events ----------------------------------------------------
+
+orError orEventCreateInterprocess(orEvent* event) {
+  OR_RETURN_IF_FORKED();
+  if (!event) return orErrorInvalidValue;
+  orError error = orSuccess;
+  auto ipc = detail::IpcEvent::create(&error);
+  if (!ipc) return error;
+  *event = new orEvent_st();
+  (*event)->ipc = std::move(ipc);
+  return orSuccess;
+}
+
+orError orIpcGetEventHandle(orIpcEventHandle* handle, orEvent event) {
+  if (!handle || !event || !event->ipc) return orErrorInvalidValue;
+  *handle = event->ipc->handle();
+  return orSuccess;
+}
+
+orError orIpcOpenEventHandle(orEvent* event, const orIpcEventHandle& handle) {
+  OR_RETURN_IF_FORKED();
+  if (!event) return orErrorInvalidValue;
+  orError error = orSuccess;
+  auto ipc = detail::IpcEvent::open(handle, &error);
+  if (!ipc) return error;
+  *event = new orEvent_st();
+  (*event)->ipc = std::move(ipc);
+  return orSuccess;
+}
+
+bool orEventIsInterprocess(orEvent event) { return event && event->ipc; }
 
 }  // namespace openreg

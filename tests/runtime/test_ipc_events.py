@@ -1,0 +1,160 @@
+"""Interprocess events (torch.openreg.Event(interprocess=True), ipc_handle,
+from_ipc_handle), as torch.cuda.Event's (csrc/runtime/OpenRegIpcEvent.h,
+csrc/runtime/driver/IpcEvent.h)."""
+import os
+import textwrap
+
+_PRELUDE = f"""
+import sys, time
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import torch, torch.multiprocessing as mp
+import openreg
+import _ipc_event_children
+ctx = mp.get_context("spawn")
+inbox, outbox = ctx.Queue(), ctx.Queue()
+"""
+
+
+def _run(python, body, child=None):
+    start = "" if child is None else f"""
+        child = ctx.Process(target=_ipc_event_children.{child}, args=(inbox, outbox), daemon=True)
+        child.start()
+    """
+    r = python(_PRELUDE + textwrap.dedent(start) + textwrap.dedent(body) + "\nprint('ok')\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "ok", r.stdout
+
+
+def test_an_interprocess_event_works_as_an_event_in_its_own_process(python):
+    _run(python, """
+        event = torch.openreg.Event(interprocess=True)
+        assert event.query()  # never recorded
+        assert event.device == torch.device("openreg:0"), event.device
+        side = torch.openreg.Stream()
+        x = torch.zeros(1 << 16, device="openreg")
+        with torch.openreg.stream(side):
+            torch.openreg._sleep(300)
+            x.fill_(2.0)
+            event.record()
+        assert not event.query()
+        torch.openreg.current_stream().wait_event(event)
+        assert x.sum().item() == 2.0 * (1 << 16)  # ordered after the side stream's fill
+        assert event.query()
+        # Opened in the same process: the same event.
+        opened = torch.openreg.Event.from_ipc_handle(0, event.ipc_handle())
+        with torch.openreg.stream(side):
+            torch.openreg._sleep(300)
+            event.record()
+        assert not opened.query()
+        opened.synchronize()
+        assert event.query()
+    """)
+
+
+def test_interprocess_events_refuse_what_cuda_refuses(python):
+    r = python(_PRELUDE + textwrap.dedent("""
+        from multiprocessing.reduction import ForkingPickler
+        def message(call):
+            try:
+                call()
+            except RuntimeError as e:
+                return str(e).splitlines()[0]
+            return "no error"
+        print(message(lambda: torch.openreg.Event(enable_timing=True, interprocess=True)))
+        print(message(lambda: torch.openreg.Event().ipc_handle()))
+        print(message(lambda: ForkingPickler.dumps(torch.openreg.Event())))
+        print(message(lambda: torch.openreg.Event.from_ipc_handle(0, b"not a handle")))
+        handle = torch.openreg.Event(interprocess=True).ipc_handle()  # destroyed at once
+        print(message(lambda: torch.openreg.Event.from_ipc_handle(0, handle)).split(" of process")[0])
+        event = torch.openreg.Event(interprocess=True)
+        def record_in_capture():
+            with torch.openreg.graph(torch.openreg.Graph()):
+                torch.ones(2, device="openreg")
+                event.record()
+        try:
+            record_in_capture()
+        except RuntimeError as e:  # the capture's end raises on top of the refused record
+            print(str(e).splitlines()[0], "|", str(e.__context__).splitlines()[0])
+        print(event.query(), torch.ones(1, device="openreg").item())  # both still usable
+    """))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "openreg: an event cannot be both interprocess and timing (use enable_timing=False with "
+        "interprocess=True)",
+        "openreg: ipc_handle() needs an event created with interprocess=True",
+        "openreg: ipc_handle() needs an event created with interprocess=True",
+        "openreg: not an interprocess event handle (expected the bytes of an openreg "
+        "Event(interprocess=True).ipc_handle())",
+        "openreg: cannot open the interprocess event",
+        "openreg error: operation failed due to a previous error during capture | "
+        "openreg error: operation not permitted when stream is capturing",
+        "True 1.0",
+    ], r.stdout
+
+
+def test_a_record_in_one_process_orders_a_stream_of_another(python):
+    _run(python, """
+        x = torch.zeros(1 << 20, device="openreg")
+        event = torch.openreg.Event(interprocess=True)
+        inbox.put((x, event))  # the event travels as its handle
+        assert outbox.get(timeout=60) == ("opened", "openreg:0")
+        torch.openreg._sleep(500)
+        x.fill_(7.0)
+        event.record()
+        inbox.put("recorded")
+        seen = outbox.get(timeout=60)
+        assert seen == {"query before": False, "sum": 7.0 * (1 << 20)}, seen
+        # The child's own record of the same event: this process waits for it.
+        assert outbox.get(timeout=60) == "child recorded"
+        event.synchronize()
+        assert x.sum().item() == 3.0 * (1 << 20)
+        inbox.put("done")
+        child.join(60)
+        assert child.exitcode == 0
+    """, child="wait_then_record")
+
+
+def test_a_recorder_that_dies_before_its_record_fails_the_waiters(python):
+    _run(python, """
+        event = torch.openreg.Event(interprocess=True)
+        inbox.put(event)
+        while event.query():  # until the child's record is made
+            time.sleep(0.01)
+        waiting = torch.openreg.Stream()
+        waiting.wait_event(event)
+        child.kill()
+        started = time.monotonic()
+        try:
+            event.synchronize()
+            raise AssertionError("synchronize returned")
+        except RuntimeError as e:
+            assert "exited before the event completed" in str(e), e
+        try:
+            waiting.synchronize()
+            raise AssertionError("the waiting stream completed")
+        except RuntimeError as e:
+            assert f"process {child.pid}, which recorded the interprocess event" in str(e), e
+        assert time.monotonic() - started < 10
+    """, child="record_and_stall")
+
+
+def test_a_failure_on_the_recording_stream_reaches_the_waiters(python):
+    _run(python, """
+        event = torch.openreg.Event(interprocess=True)
+        inbox.put(event)
+        assert outbox.get(timeout=60) == "recorded"
+        try:
+            event.synchronize()
+            raise AssertionError("synchronize returned")
+        except RuntimeError as e:
+            assert "another process that recorded an interprocess event" in str(e), e
+        stream = torch.openreg.Stream()
+        stream.wait_event(event)
+        try:
+            stream.synchronize()
+            raise AssertionError("the waiting stream completed")
+        except RuntimeError as e:
+            assert "a kernel failed on the stream of process" in str(e), e
+        inbox.put("done")
+        child.join(60)
+    """, child="record_after_a_failure")
