@@ -58,7 +58,8 @@ CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "corpu
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--strategy", choices=STRATEGIES, default="ddp")
+    p.add_argument("--strategy", choices=STRATEGIES, default="ddp",
+                   help="none: no parallelism (each process trains the whole batch alone)")
     p.add_argument("--steps", type=int, default=800)
     p.add_argument("--global-batch", type=int, default=16, help="sequences per step, all ranks together")
     p.add_argument("--seq-len", type=int, default=64)
@@ -82,7 +83,7 @@ def parse_args(argv=None):
     p.add_argument("--resume", action="store_true", help="resume from --checkpoint-dir if present")
     p.add_argument("--out-dir", default="runs/latest", help="where the plot and summary go")
     p.add_argument("--log-every", type=int, default=50)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="0 .. 2**32 - 1")
     p.add_argument("--no-plot", action="store_true")
     p.add_argument("--profile-steps", type=int, default=0,
                    help="profile this many steps after the warm-up with torch.profiler (device "
@@ -100,8 +101,10 @@ def parse_args(argv=None):
         p.error("--checkpoint-every must be 0 (never) or more")
     if args.profile_steps < 0:
         p.error("--profile-steps must be 0 (no profile) or more")
-    if not args.lr >= 0:
-        p.error(f"--lr must be 0 or more, got {args.lr}")
+    if not 0 <= args.lr < math.inf:
+        p.error(f"--lr must be a finite number, 0 or more, got {args.lr}")
+    if not 0 <= args.seed < 2**32:  # each step's batch is drawn from seed * 100003 + step
+        p.error(f"--seed must be in 0 .. 2**32 - 1, got {args.seed}")
     if not args.clip_grad >= 0:  # nan too: it compares false, so it would turn clipping off
         p.error(f"--clip-grad must be 0 (no clipping) or more, got {args.clip_grad}")
     corpus_bytes = os.path.getsize(CORPUS)
@@ -116,6 +119,8 @@ def parse_args(argv=None):
         p.error("--resume and --checkpoint-every need --checkpoint-dir")
     # Found here, not by the summary at the end of the run or by the first save.
     for option, path in (("--out-dir", args.out_dir), ("--checkpoint-dir", args.checkpoint_dir)):
+        if path == "":
+            p.error(f"{option} is an empty path: name a directory")
         reason = path is not None and unwritable(path)
         if reason:
             p.error(f"{option} {path}: {reason}")
@@ -453,7 +458,7 @@ def load_checkpoint(root, model, opt, lr) -> int:
 
 def collective_seconds() -> float:
     """Wall time this process spent with an oreg_ccl collective running, over all groups (0 for
-    other backends)."""
+    other backends, which do not tell)."""
     try:
         from openreg import _C
         return _C._ccl_busy_seconds()
@@ -461,15 +466,41 @@ def collective_seconds() -> float:
         return 0.0
 
 
+def let_gloo_drop(tensors, timeout=5.0):
+    """Waits until gloo's worker threads dropped these tensors of finished collectives. They do
+    so a moment after wait() returned; during interpreter exit, dropping a tensor's Python object
+    ends the thread inside a destructor and aborts the process ("terminate called without an
+    active exception", from torch's ProcessGroupGloo::runLoop; 1 CPU run in 5 here). Held by
+    Python until then, the tensors' last reference is Python's. (oreg_ccl drops them on a
+    thread of its own: csrc/c10d/Releaser.h.)"""
+    deadline = time.monotonic() + timeout
+    while any(t._use_count() > 1 for t in tensors) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def collectives_timed() -> bool:
+    return dist.is_initialized() and dist.get_backend() == "oreg_ccl"
+
+
 def local_parameter_elements(model) -> int:
     from torch.distributed.tensor import DTensor
     return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in model.parameters())
 
 
-def device_peak_memory(device) -> int:
+def device_peak_memory(device):
+    """Bytes, or None on the CPU (which keeps no such statistic)."""
     if device.type == "openreg":
         return torch.openreg.max_memory_allocated(device)
-    return 0
+    return None
+
+
+def mib(nbytes) -> str:
+    return "n/a" if nbytes is None else f"{nbytes / 2**20:.1f} MiB"
+
+
+def finite_or_none(value):
+    """JSON has no NaN or infinity: a diverged loss is written as null."""
+    return value if math.isfinite(value) else None
 
 
 def host_layout(device):
@@ -532,16 +563,32 @@ def main(argv=None):
         print(f"no checkpoint in {args.checkpoint_dir}: starting from step 0", flush=True)
 
     data = load_corpus()
+    # FSDP2 casts through its MixedPrecisionPolicy; everything else (FSDP2's
+    # strategies on one device included, where nothing is sharded) autocasts.
+    from torch.distributed.fsdp import FSDPModule
     autocast = (torch.autocast(args.device_type, dtype=torch.bfloat16)
-                if args.bf16 and args.strategy not in ("fsdp2", "hsdp") else nullcontext())
+                if args.bf16 and not isinstance(model, FSDPModule) else nullcontext())
     losses, t0, tokens, comm0 = [], time.perf_counter(), 0, collective_seconds()
     # Steady-state speed leaves out the first steps (allocator warm-up, DDP's
     # bucket rebuild after step one), as nccl-tests leaves out warm-up iterations.
     warmup = min(WARMUP_STEPS, (args.steps - start_step) // 2)
     t_warm, cpu_warm = t0, time.process_time()
     profiler = StepProfiler(args, device, start_step + warmup, rank)
+    # Checkpoint saves and the profiler's start, stop and export are no part
+    # of training: their time (and the collectives DCP runs) is left out of
+    # the speed figures.
+    untimed = {"seconds": 0.0, "collectives": 0.0}
+
+    def outside_timing(fn, *a):
+        t, c = time.perf_counter(), collective_seconds()
+        fn(*a)
+        untimed["seconds"] += time.perf_counter() - t
+        untimed["collectives"] += collective_seconds() - c
+
+    untimed_at_warm = 0.0
+    diverged = False
     for step in range(start_step, args.steps):
-        profiler.before(step)
+        outside_timing(profiler.before, step)
         x, y = global_batch(data, step, args.global_batch, args.seq_len, args.seed)
         x = x[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
         y = y[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
@@ -559,41 +606,54 @@ def main(argv=None):
             dist.all_reduce(report, op=dist.ReduceOp.AVG)
         value = report.item()
         losses.append(value)
+        if not math.isfinite(value) and not diverged and rank == 0:
+            print(f"warning: the loss is {value} at step {step}: training diverged (try a lower "
+                  "--lr, or --clip-grad)", flush=True)
+        diverged = diverged or not math.isfinite(value)
         if step - start_step + 1 == warmup:
             t_warm, cpu_warm = time.perf_counter(), time.process_time()
+            untimed_at_warm = untimed["seconds"]
         tokens += args.global_batch * args.seq_len
         if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
-            elapsed = time.perf_counter() - t0
+            elapsed = time.perf_counter() - t0 - untimed["seconds"]
+            comm = (f"{collective_seconds() - comm0 - untimed['collectives']:6.2f}s"
+                    if collectives_timed() else "n/a")
             print(f"step {step:4d}  loss {value:.4f}  tokens/s {tokens / elapsed:8.0f}  "
-                  f"peak mem {device_peak_memory(device) / 2**20:7.1f} MiB  "
-                  f"collectives {collective_seconds() - comm0:6.2f}s", flush=True)
+                  f"peak mem {mib(device_peak_memory(device)):>11}  collectives {comm}", flush=True)
         # Every --checkpoint-every steps, and at the end: a finished run resumes as finished
         # (and a --checkpoint-dir alone is not a silent no-op).
         if args.checkpoint_dir and (step + 1 == args.steps or
                                     args.checkpoint_every and (step + 1) % args.checkpoint_every == 0):
-            save_checkpoint(args.checkpoint_dir, model, opt, step + 1, model_config(args))
-        profiler.after(step)
+            outside_timing(save_checkpoint, args.checkpoint_dir, model, opt, step + 1,
+                           model_config(args))
+        outside_timing(profiler.after, step)
 
     t_end = time.perf_counter()
-    elapsed = t_end - t0
+    elapsed = t_end - t0 - untimed["seconds"]
+    steady_elapsed = t_end - t_warm - (untimed["seconds"] - untimed_at_warm)
     # Read before the summary's own all_gather_object below, which is no part of training.
-    comm_seconds = collective_seconds() - comm0
+    comm_seconds = collective_seconds() - comm0 - untimed["collectives"]
     # CPU time of the steady steps, every thread of the process (kernels,
     # collectives, autograd): with the wall time it shows how busy the cores were.
-    mine = (device_peak_memory(device), time.process_time() - cpu_warm)
+    peak = device_peak_memory(device)
+    mine = torch.tensor([-1 if peak is None else peak, time.process_time() - cpu_warm],
+                        dtype=torch.float64)
     per_rank = [mine]
     if distributed:
-        per_rank = [None] * world
-        dist.all_gather_object(per_rank, mine)
-    peaks = [p for p, _ in per_rank]
+        per_rank = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(per_rank, mine)
+        if dist.get_backend() == "gloo":
+            let_gloo_drop([report, mine, *per_rank])
+    peaks = [None if p < 0 else int(p) for p, _ in (t.tolist() for t in per_rank)]
+    per_rank = [tuple(t.tolist()) for t in per_rank]
     steady_steps = args.steps - start_step - warmup
     if rank == 0:
         summary = {"strategy": args.strategy, "world_size": world if distributed else 1,
                    "steps": args.steps - start_step, "first_step": start_step, "losses": losses,
                    "final_loss": losses[-1] if losses else math.nan, "seconds": elapsed,
                    "steps_per_second": (args.steps - start_step) / elapsed if elapsed else 0.0,
-                   "steady_steps_per_second": steady_steps / (t_end - t_warm)
-                   if t_end > t_warm else 0.0,
+                   "steady_steps_per_second": steady_steps / steady_elapsed
+                   if steady_elapsed > 0 else 0.0,
                    "steady_cpu_seconds_per_step": sum(c for _, c in per_rank) / steady_steps
                    if steady_steps > 0 else 0.0,
                    "tokens_per_second": tokens / elapsed if elapsed else 0.0,
@@ -602,15 +662,20 @@ def main(argv=None):
                    # rank 0's share of the parameters (tensor parallelism and
                    # sharding shrink it)
                    "local_parameter_elements": local_parameter_elements(model),
-                   # rank 0's oreg_ccl worker time in collectives (overlaps compute)
-                   "collective_seconds": comm_seconds,
+                   # rank 0's oreg_ccl worker time in collectives (overlaps
+                   # compute); null for backends that do not tell
+                   "collective_seconds": comm_seconds if collectives_timed() else None,
+                   "profiled_steps": len(profiler.steps),
                    "hosts": host_layout(device) if distributed else "1 host"}
+        final_loss = summary["final_loss"]
+        summary["losses"] = [finite_or_none(v) for v in losses]
+        summary["final_loss"] = finite_or_none(final_loss)
         os.makedirs(args.out_dir, exist_ok=True)
         with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=1)
+            json.dump(summary, f, indent=1, allow_nan=False)
         if not args.no_plot:
             write_plot(os.path.join(args.out_dir, "loss.png"), losses, start_step, args)
-        print(f"done: {summary['steps']} steps in {elapsed:.1f}s, final loss {summary['final_loss']:.4f}; "
+        print(f"done: {summary['steps']} steps in {elapsed:.1f}s, final loss {final_loss:.4f}; "
               f"summary in {args.out_dir}/summary.json", flush=True)
     if distributed:
         dist.destroy_process_group()
@@ -662,10 +727,11 @@ def write_plot(path, losses, start, args):
         print("matplotlib is not installed; skipping the loss plot", flush=True)
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(range(start, start + len(losses)), losses)
+    # A line through one point draws nothing: mark the points of a short run.
+    ax.plot(range(start, start + len(losses)), losses, marker="o" if len(losses) < 20 else None)
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
-    ax.set_title(f"GPT on openreg, strategy {args.strategy}")
+    ax.set_title(f"GPT on {args.device_type}, strategy {args.strategy}")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -40,7 +40,9 @@ def _train_module():
 
 
 def main(argv=None) -> None:
+    # No abbreviations: "--device cpu" is the training script's --device-type, not --devices.
     parser = argparse.ArgumentParser(prog="openreg-run", description=__doc__, add_help=False,
+                                     allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-h", "--help", action="store_true",
                         help="show this help and the training options, then exit")
@@ -75,18 +77,27 @@ def main(argv=None) -> None:
     if int(count) < args.devices:
         env["OPENREG_DEVICE_COUNT"] = str(args.devices)
     if args.nodes == 1:
-        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-        from torch.distributed.run import main as torchrun
-        try:
-            torchrun(["--standalone", f"--nproc-per-node={args.devices}", _train_script(), *train_args])
-        except ChildFailedError as e:
-            # The ranks printed their errors; torchrun's traceback through its
-            # own frames and failure table would bury them.
-            failed = ", ".join(f"rank {r} (exit code {f.exitcode})" for r, f in sorted(e.failures.items()))
-            print(f"openreg-run: training failed: {failed}; the error is above", file=sys.stderr)
-            sys.exit(1)
+        _agent(["--standalone", f"--nproc-per-node={args.devices}", _train_script(), *train_args])
         return
     sys.exit(_run_nodes(args.nodes, args.devices, train_args, train))
+
+
+def _agent(torchrun_args, where: str = "") -> None:
+    """torchrun's main, with one line instead of its traceback when a rank fails
+    or a signal stops it: the ranks printed their errors, and torchrun's
+    traceback through its own frames and failure table would bury them."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import main as torchrun
+    try:
+        torchrun(torchrun_args)
+    except ChildFailedError as e:
+        failed = ", ".join(f"rank {r} (exit code {f.exitcode})" for r, f in sorted(e.failures.items()))
+        print(f"openreg-run: training failed{where}: {failed}; the error is above", file=sys.stderr)
+        sys.exit(1)
+    except SignalException as e:  # SIGTERM / SIGINT: torchrun stopped its ranks
+        print(f"openreg-run: stopped by {signal.Signals(e.sigval).name}{where}", file=sys.stderr)
+        sys.exit(128 + e.sigval)
 
 
 def free_port() -> int:
@@ -121,9 +132,11 @@ def _run_nodes(nodes: int, devices: int, train_args, train) -> int:
     agents = []
     for node in range(nodes):
         env = dict(os.environ, OREG_CCL_HOST_ID=f"node{node}")
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}",
-               f"--node-rank={node}", f"--nproc-per-node={devices}", "--master-addr=127.0.0.1",
-               f"--master-port={port}", _train_script(), *train_args]
+        # torchrun's agent, through _agent: its failures are one line, as on one host.
+        cmd = [sys.executable, "-c",
+               f"import sys; from openreg.launcher import _agent; _agent(sys.argv[1:], ' on simulated host {node}')",
+               f"--nnodes={nodes}", f"--node-rank={node}", f"--nproc-per-node={devices}",
+               "--master-addr=127.0.0.1", f"--master-port={port}", _train_script(), *train_args]
         agents.append(subprocess.Popen(cmd, env=env, preexec_fn=_agent_preexec(os.getpid(), train)))
     failed = 0
 

@@ -134,7 +134,11 @@ def test_launcher_help_lists_training_options_and_rejects_typos():
     (["--n-embd", "100", "--n-head", "3"], "--n-embd (100) must divide by --n-head (3)"),
     (["--seq-len", "40000"], "--seq-len (40000) must be at most"),
     (["--backend", "gloo"], "--backend 'gloo' cannot move openreg tensors"),
-    (["--lr", "-1"], "--lr must be 0 or more"),
+    (["--lr", "-1"], "--lr must be a finite number, 0 or more, got -1.0"),
+    (["--lr", "inf"], "--lr must be a finite number, 0 or more, got inf"),
+    (["--seed", str(2**40)], f"--seed must be in 0 .. 2**32 - 1, got {2**40}"),
+    (["--out-dir", ""], "--out-dir is an empty path: name a directory"),
+    (["--checkpoint-dir", ""], "--checkpoint-dir is an empty path: name a directory"),
     (["--clip-grad", "nan"], "--clip-grad must be 0 (no clipping) or more, got nan"),
     (["--clip-grad", "-0.5"], "--clip-grad must be 0 (no clipping) or more, got -0.5"),
 ])
@@ -475,12 +479,45 @@ def test_pointer_without_model_entry_still_checks_shapes(tiny_checkpoint, tmp_pa
 
 
 @pytest.mark.timeout(120)
-def test_collective_seconds_leave_out_the_summary_gather(tmp_path):
+def test_collective_seconds_leave_out_the_summary_gather_and_checkpoints(tmp_path):
     # Strategy "none" on 2 ranks trains with no collective at all: anything counted would be
-    # the all_gather_object that collects the summary after training.
-    summary = run_job(tmp_path, *TINY, "--strategy", "none", "--steps", "2", nproc=2, timeout=90)
+    # the all_gather_object that collects the summary after training, or a checkpoint save's.
+    summary = run_job(tmp_path, *TINY, "--strategy", "none", "--steps", "4",
+                      "--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", "1",
+                      nproc=2, timeout=90)
     assert summary["world_size"] == 2
+    assert (tmp_path / "ckpt" / "latest.json").exists()
     assert summary["collective_seconds"] == 0.0
+
+
+@pytest.mark.timeout(120)
+def test_cpu_runs_report_no_device_memory_or_collective_time(tmp_path):
+    summary = run_job(tmp_path, *TINY, "--device-type", "cpu", "--steps", "2", nproc=2, timeout=90)
+    assert summary["peak_memory_bytes_per_device"] == [None, None]
+    assert summary["collective_seconds"] is None  # gloo does not tell
+
+
+@pytest.mark.timeout(120)
+def test_bf16_applies_to_fsdp2_on_one_device(tmp_path):
+    # One device shards nothing: FSDP2's strategies autocast then, as ddp does.
+    ddp = run_job(tmp_path / "ddp", *TINY, "--bf16", "--steps", "3", timeout=90)
+    fsdp2 = run_job(tmp_path / "fsdp2", *TINY, "--strategy", "fsdp2", "--bf16", "--steps", "3",
+                    timeout=90)
+    fp32 = run_job(tmp_path / "fp32", *TINY, "--strategy", "fsdp2", "--steps", "3", timeout=90)
+    assert fsdp2["losses"] == ddp["losses"]
+    assert fsdp2["losses"] != fp32["losses"]
+
+
+@pytest.mark.timeout(120)
+def test_a_diverged_run_warns_and_writes_valid_json(tmp_path):
+    r = run([sys.executable, TRAIN, *TINY, "--lr", "1e6", "--clip-grad", "0", "--steps", "4",
+             "--out-dir", str(tmp_path)], timeout=90, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("training diverged (try a lower --lr, or --clip-grad)") == 1, r.stdout
+    text = (tmp_path / "summary.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    summary = json.loads(text)
+    assert summary["final_loss"] is None and None in summary["losses"]
 
 
 @pytest.mark.timeout(120)
