@@ -3,6 +3,7 @@
 Backed by the PrivateUse1 hooks and DeviceGuardImpl in csrc/runtime.
 Tests: tests/runtime/test_device.py.
 """
+import functools
 import os
 import uuid as uuidlib
 from dataclasses import dataclass
@@ -120,7 +121,7 @@ class _DeviceProperties:
     """torch.cuda's device properties, with the values a simulated device has:
     its capacity (OPENREG_DEVICE_MEMORY), the host's L2 cache (kernels are CPU
     code) and its L1 data cache as "shared memory" (a core's fast local memory),
-    one lane per "warp" and per block, and a stable uuid per device index."""
+    one lane per "warp" and per block, and a stable uuid per physical device."""
     name: str
     total_memory: int
     major: int = 1
@@ -153,15 +154,19 @@ def get_device_properties(device: _DeviceLike = None) -> _DeviceProperties:
     if index < 0 or index >= device_count():
         raise AssertionError("Invalid device id")  # torch.cuda.get_device_properties' words
     l1 = _host_cache_size(1, "Data")
-    return _DeviceProperties(name=f"openreg simulated device {index}",
+    # Named by the physical device, as CUDA's properties name the GPU whatever
+    # CUDA_VISIBLE_DEVICES numbers it (OPENREG_VISIBLE_DEVICES).
+    physical = _C._device_physical_index(index)
+    return _DeviceProperties(name=f"openreg simulated device {physical}",
                              total_memory=_C._device_total_memory(),
                              L2_cache_size=_host_cache_size(2, "Unified"),
                              shared_memory_per_block=l1, shared_memory_per_block_optin=l1,
                              shared_memory_per_multiprocessor=l1,
-                             uuid=str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"openreg:{index}")),
-                             pci_bus_id=index)
+                             uuid=str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"openreg:{physical}")),
+                             pci_bus_id=physical)
 
 
+@functools.lru_cache(maxsize=None)  # the host's caches do not change: read sysfs once
 def _host_cache_size(level: int, kind: str) -> int:
     """The first CPU's cache of `level` and `kind` ("Data", "Unified") in bytes
     (sysfs), 0 if unknown."""

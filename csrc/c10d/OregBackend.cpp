@@ -218,8 +218,10 @@ int OregBackend::sanitizerLaneOf(c10d::OpType type, int peer) {
 // not there yet are looked for again at the 2nd, 4th, 8th, ... device
 // collective, up to the 2^16th: a peer that never publishes (it passes CPU
 // tensors in this group) costs a handful of store round trips, not one per
-// call. OREG_CCL_DEVICE_CHECK=0 turns the check off (scripts that give each
-// rank "openreg:0" on purpose, as CUDA_VISIBLE_DEVICES setups give cuda:0).
+// call. Devices compare by physical index (orDevicePhysicalIndex), so ranks
+// that each see another device as openreg:0 (OPENREG_VISIBLE_DEVICES, as
+// CUDA_VISIBLE_DEVICES setups give each rank cuda:0) pass.
+// OREG_CCL_DEVICE_CHECK=0 turns the check off.
 void OregBackend::checkDistinctDevice(int device) {
   if (deviceCheckDone_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> g(deviceCheckMutex_);
@@ -235,11 +237,11 @@ void OregBackend::checkDistinctDevice(int device) {
   }
   const auto key = [this](int r) { return storePrefix_ + "device/" + std::to_string(r); };
   if (postedDevice_ < 0) {
-    postedDevice_ = device;
+    postedDevice_ = orDevicePhysicalIndex(device);
     for (int r : topology_.localRanks())
       if (r != getRank()) devicePeersUnseen_.push_back(r);
     if (!devicePeersUnseen_.empty()) {
-      const std::string mine = std::to_string(device);
+      const std::string mine = std::to_string(postedDevice_);
       store_->set(key(getRank()), std::vector<uint8_t>(mine.begin(), mine.end()));
     }
   }
@@ -252,8 +254,11 @@ void OregBackend::checkDistinctDevice(int device) {
     if (std::string(theirs.begin(), theirs.end()) == std::to_string(postedDevice_)) {
       const std::string why = c10::str(
           "oreg_ccl: Duplicate device detected: rank ", getRank(), " and rank ", *it,
-          " both on openreg:", postedDevice_, " (ranks of a host need a device each, as on a "
-          "GPU node: call torch.openreg.set_device(local_rank) before using \"openreg\")");
+          " both on openreg:", device,
+          postedDevice_ == device ? std::string()
+                                  : c10::str(" (physical device ", postedDevice_, ")"),
+          " (ranks of a host need a device each, as on a GPU node: call "
+          "torch.openreg.set_device(local_rank) before using \"openreg\")");
       transport_->cancel(why, /*propagate=*/true);
       OREG_CCL_THROW(why, globalRanksNote());
     }

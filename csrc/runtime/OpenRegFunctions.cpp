@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <cstdlib>
 
 #include "OpenRegException.h"
 #include "driver/Driver.h"
@@ -22,7 +23,10 @@ void check_device_index(int64_t index) {
   TORCH_CHECK(orConfigError().empty(), "openreg error: ", orConfigError());
   if (device_count() == 0)
     OPENREG_THROW_ACCELERATOR_ERROR(
-        orErrorInvalidDevice, "openreg error: no openreg devices are available (OPENREG_DEVICE_COUNT=0)");
+        orErrorInvalidDevice, "openreg error: no openreg devices are available (",
+        std::getenv("OPENREG_VISIBLE_DEVICES") ? "OPENREG_VISIBLE_DEVICES lists none"
+                                               : "OPENREG_DEVICE_COUNT=0",
+        ")");
   OPENREG_THROW_ACCELERATOR_ERROR(
       orErrorInvalidDevice, "openreg error: invalid device ordinal: openreg:", index,
       " requested, but only ", static_cast<int>(device_count()),

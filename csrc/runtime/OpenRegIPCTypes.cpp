@@ -282,7 +282,9 @@ IpcStorageHandle shareStorage(c10::Storage& storage) {
   owner->slots.push_back(slot);
   limbo().reserve(limbo().size() + alive().size());  // deleteSent must not allocate
   IpcStorageHandle handle;
-  handle.device = device.index();
+  // The physical index: the receiver may see the device under another one
+  // (OPENREG_VISIBLE_DEVICES).
+  handle.device = orDevicePhysicalIndex(device.index());
   handle.nbytes = static_cast<int64_t>(storage.nbytes());
   handle.memory = {memory.pid, memory.fd, static_cast<int64_t>(memory.inode),
                    static_cast<int64_t>(memory.arenaBytes), static_cast<int64_t>(memory.offset)};
@@ -308,7 +310,10 @@ size_t collectSharedBlocks() {
 
 c10::Storage openSharedStorage(const IpcStorageHandle& handle) {
   checkNotForked();
-  check_device_index(handle.device);
+  const int visible = orDeviceFromPhysicalIndex(static_cast<int>(handle.device));
+  TORCH_CHECK(visible >= 0, "openreg: the storage shared by process ", handle.memory[0],
+              " is on physical openreg device ", handle.device,
+              ", which this process does not see (OPENREG_VISIBLE_DEVICES)");
   TORCH_CHECK(handle.nbytes > 0 && handle.slot >= 0 && handle.slot < kSlots,
               "openreg: a malformed shared-storage handle");
   const auto pid = handle.memory[0];
@@ -322,11 +327,11 @@ c10::Storage openSharedStorage(const IpcStorageHandle& handle) {
   memory.arenaBytes = static_cast<uint64_t>(handle.memory[3]);
   memory.offset = static_cast<uint64_t>(handle.memory[4]);
   void* ptr = nullptr;
-  const orError error = orIpcImport(static_cast<int>(handle.device), memory,
+  const orError error = orIpcImport(visible, memory,
                                     static_cast<size_t>(handle.nbytes), &ptr);
   TORCH_CHECK(error == orSuccess, "openreg: cannot map the device memory shared by process ", pid,
               ": ", orGetErrorString(error));
-  const auto device = static_cast<c10::DeviceIndex>(handle.device);
+  const auto device = static_cast<c10::DeviceIndex>(visible);
   auto* imported = new Imported{ptr, &slots[handle.slot], device, {}, {}};
   at::DataPtr data(ptr, imported, &releaseImported, c10::Device(c10::DeviceType::PrivateUse1, device));
   return c10::Storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(handle.nbytes),

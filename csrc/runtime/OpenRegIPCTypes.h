@@ -24,7 +24,7 @@ namespace openreg {
 
 // Everything a receiver needs, as integers for pickling.
 struct IpcStorageHandle {
-  int64_t device = 0;
+  int64_t device = 0;  // physical (orDevicePhysicalIndex): receivers may number it otherwise
   int64_t nbytes = 0;
   std::array<int64_t, 5> memory{};    // orIpcMemHandle: pid, fd, inode, arena bytes, offset
   std::array<int64_t, 3> refcounts{};  // the sender's slot array: pid, fd, inode

@@ -44,7 +44,12 @@ orEvent takeEventToAdopt() { return std::exchange(t_to_adopt, nullptr); }
 void makeInterprocessEvent(c10::Event& event, c10::DeviceIndex device) {
   check_device_index(device);
   orEvent made = nullptr;
-  OPENREG_CHECK(orEventCreateInterprocess(&made));
+  const orError error = orEventCreateInterprocess(&made);
+  // Each live interprocess event holds a file descriptor (its memfd, which the handle names).
+  TORCH_CHECK(error != orErrorMemoryAllocation, "openreg: cannot create an interprocess event: "
+              "out of file descriptors (each live interprocess event holds one; see ulimit -n) "
+              "or memory");
+  OPENREG_CHECK(error);
   adopt(event, made, device);
 }
 

@@ -23,7 +23,7 @@ import torch.multiprocessing as mp
 
 
 def _entry(rank, fn, world_size, tmp, args, pg_timeout, init, env, host_of):
-    os.environ.update(env)
+    os.environ.update({k: v.format(rank=rank) for k, v in env.items()})  # "{rank}": per rank
     if host_of is not None:
         os.environ["OREG_CCL_HOST_ID"] = f"simhost{host_of[rank]}"
     try:

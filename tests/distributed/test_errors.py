@@ -213,6 +213,30 @@ def test_two_ranks_of_a_host_on_one_device(tmp_path, hosts, check):
           env={"OREG_CCL_DEVICE_CHECK": check})
 
 
+def device_zero_of_its_own(rank, n, same):
+    # Each rank's openreg:0 (OPENREG_VISIBLE_DEVICES, as CUDA_VISIBLE_DEVICES=$LOCAL_RANK setups
+    # give each rank cuda:0): distinct physical devices are no clash; the same one is.
+    assert torch.openreg.device_count() == 1
+    t = torch.ones(4, device="openreg:0")
+    if not same:
+        dist.all_reduce(t)
+        assert t.cpu().tolist() == [2.0] * 4
+        return
+    def issue():
+        for _ in range(3):
+            dist.all_reduce(t)
+        torch.openreg.synchronize()
+
+    expect_dist_error(issue, "Duplicate device detected", "both on openreg:0 (physical device 3)")
+    os._exit(0)  # skip destroy: the group is broken
+
+
+@pytest.mark.parametrize("visible", ["{rank}", "3"], ids=["distinct", "same"])
+def test_ranks_told_apart_by_physical_device(tmp_path, visible):
+    spawn(device_zero_of_its_own, 2, tmp_path, visible == "3",
+          env={"OPENREG_VISIBLE_DEVICES": visible})
+
+
 def timeouts(rank, n):
     g = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=2))
     if rank == 0:

@@ -45,3 +45,12 @@ def hold(inbox, outbox):
         time.sleep(0.001)
     outbox.put(("released", doubled.sum().item()))
     assert inbox.get(timeout=60) == "done"
+
+
+def report_device(inbox, outbox):
+    """Receives one tensor and reports its device and values, or the error."""
+    try:
+        t = inbox.get(timeout=60)
+        outbox.put((str(t.device), t.cpu().tolist()))
+    except RuntimeError as e:
+        outbox.put(str(e).splitlines()[0])

@@ -136,3 +136,29 @@ def test_sharing_in_a_forked_child_raises_instead_of_crashing(python):
     """))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "0"
+
+
+def test_a_shared_tensor_arrives_on_the_same_physical_device(python):
+    # The sender sees physical devices 1 and 2 (OPENREG_VISIBLE_DEVICES=1,2) and
+    # shares from its openreg:1, physical device 2: a receiver that sees only
+    # device 2 gets it on its openreg:0; one that does not see it, an error.
+    r = python(_script("""
+        import os
+        assert torch.openreg.device_count() == 2
+        t = torch.arange(3.0, device="openreg:1")
+        seen = []
+        for visible in ("2", "0"):
+            os.environ["OPENREG_VISIBLE_DEVICES"] = visible  # the child's, at its start
+            child = ctx.Process(target=_ipc_children.report_device, args=(inbox, outbox))
+            child.start()
+            inbox.put(t)
+            seen.append(outbox.get(timeout=60))
+            child.join(60)
+        print(seen[0])
+        print(seen[1])
+    """), env={"OPENREG_DEVICE_COUNT": "4", "OPENREG_VISIBLE_DEVICES": "1,2"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "('openreg:0', [0.0, 1.0, 2.0])", lines
+    assert lines[1].startswith("openreg: the storage shared by process ") and lines[1].endswith(
+        " is on physical openreg device 2, which this process does not see (OPENREG_VISIBLE_DEVICES)"), lines

@@ -158,3 +158,46 @@ def test_a_failure_on_the_recording_stream_reaches_the_waiters(python):
         inbox.put("done")
         child.join(60)
     """, child="record_after_a_failure")
+
+
+def test_later_records_do_not_complete_an_earlier_one(python):
+    # A record still queued behind a long kernel, then 70 records of the same
+    # event on an idle stream: a wait for the first stays a wait for it.
+    _run(python, """
+        event = torch.openreg.Event(interprocess=True)
+        opened = torch.openreg.Event.from_ipc_handle(0, event.ipc_handle())
+        slow, fast, waiter = torch.openreg.Stream(), torch.openreg.Stream(), torch.openreg.Stream()
+        with torch.openreg.stream(slow):
+            torch.openreg._sleep(1500)
+            event.record()
+        waiter.wait_event(opened)  # the first record, through the other handle
+        passed = torch.openreg.Event()
+        with torch.openreg.stream(waiter):
+            passed.record()
+        for _ in range(70):
+            with torch.openreg.stream(fast):
+                event.record()
+        fast.synchronize()
+        time.sleep(0.2)
+        assert not slow.query()
+        assert not passed.query()
+        passed.synchronize()
+        assert slow.query()
+    """)
+
+
+def test_a_forked_child_dropping_an_inherited_event_leaves_its_own_files(python):
+    _run(python, """
+        import os
+        event = torch.openreg.Event(interprocess=True)
+        fds = [int(f) for f in os.listdir("/proc/self/fd")
+               if "openreg-event" in os.path.realpath(f"/proc/self/fd/{f}")]
+        assert len(fds) == 1, fds
+        pid = os.fork()
+        if pid == 0:
+            os.close(fds[0])
+            log = os.open(os.devnull, os.O_WRONLY)  # takes the inherited descriptor's number
+            del event
+            os._exit(0 if os.write(log, b"x") == 1 else 1)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    """)

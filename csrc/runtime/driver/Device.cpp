@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 #include <mutex>
+#include <vector>
 
 namespace openreg {
 namespace {
@@ -38,6 +39,40 @@ int readDeviceCount() {
   char* end = nullptr;
   long n = std::strtol(env, &end, 10);
   return *end == '\0' && n >= 0 && n <= orMaxDevices ? static_cast<int>(n) : -1;
+}
+
+// The physical devices OPENREG_VISIBLE_DEVICES lets this process see, in
+// its order (all of them when unset), read as torch reads CUDA_VISIBLE_DEVICES
+// (torch.cuda._parse_visible_devices): each entry's leading integer; the list
+// ends at the first entry that is not one or names no device, and an index
+// given twice leaves no devices.
+std::vector<int> readVisibleDevices(int physical) {
+  std::vector<int> visible;
+  const char* env = std::getenv("OPENREG_VISIBLE_DEVICES");
+  if (!env) {
+    for (int d = 0; d < physical; ++d) visible.push_back(d);
+    return visible;
+  }
+  const std::string text(env);
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string entry = text.substr(start, end - start);
+    const size_t first = entry.find_first_not_of(" \t");
+    entry = first == std::string::npos ? "" : entry.substr(first);
+    size_t digits = (!entry.empty() && entry[0] == '+') ? 1 : 0;
+    const size_t begin = digits;
+    while (digits < entry.size() && std::isdigit(static_cast<unsigned char>(entry[digits]))) ++digits;
+    if (digits == begin) break;  // not a number, or negative
+    if (digits - begin > 3) break;  // beyond orMaxDevices
+    const int index = std::stoi(entry.substr(begin, digits - begin));
+    if (index >= physical) break;
+    if (std::find(visible.begin(), visible.end(), index) != visible.end()) return {};
+    visible.push_back(index);
+    start = end + 1;
+  }
+  return visible;
 }
 
 // 0 if OPENREG_DEVICE_MEMORY is set to anything but a positive size.
@@ -114,9 +149,10 @@ const char* orGetErrorString(orError error) {
 
 namespace {
 
-// The two knobs, read once; `error` says what is wrong with them ("" if nothing).
+// The knobs, read once; `error` says what is wrong with them ("" if nothing).
 struct DeviceConfig {
-  int count = readDeviceCount();
+  int count = readDeviceCount();  // physical devices
+  std::vector<int> visible = readVisibleDevices(std::max(count, 0));  // physical index by device index
   size_t memory = readDeviceMemory();
   std::string error;
 
@@ -138,7 +174,18 @@ const DeviceConfig& deviceConfig() {
 
 }  // namespace
 
-int orDeviceCount() { return std::max(deviceConfig().count, 0); }
+int orDeviceCount() { return static_cast<int>(deviceConfig().visible.size()); }
+
+int orDevicePhysicalIndex(int device) {
+  const auto& visible = deviceConfig().visible;
+  return device >= 0 && device < static_cast<int>(visible.size()) ? visible[device] : -1;
+}
+
+int orDeviceFromPhysicalIndex(int physical) {
+  const auto& visible = deviceConfig().visible;
+  auto it = std::find(visible.begin(), visible.end(), physical);
+  return it == visible.end() ? -1 : static_cast<int>(it - visible.begin());
+}
 size_t orDeviceTotalMemory() { return deviceConfig().memory; }
 const std::string& orConfigError() { return deviceConfig().error; }
 

@@ -2,7 +2,9 @@
 // runtime (orMalloc ~ cudaMalloc, orStreamSynchronize ~ cudaStreamSynchronize).
 //
 // What it simulates:
-//  - devices: OPENREG_DEVICE_COUNT of them, each with OPENREG_DEVICE_MEMORY bytes.
+//  - devices: OPENREG_DEVICE_COUNT of them, each with OPENREG_DEVICE_MEMORY bytes,
+//    of which a process sees those OPENREG_VISIBLE_DEVICES lists (as
+//    CUDA_VISIBLE_DEVICES: device 0 is the first listed).
 //  - device memory: one memfd per device mapped twice. The *device* mapping
 //    (PROT_NONE) is what orMalloc hands out, so host code that dereferences a
 //    device pointer faults like it would on a GPU; the *kernel* mapping (RW)
@@ -50,7 +52,13 @@ const char* orGetErrorString(orError error);
 // ---- devices ---------------------------------------------------------------
 // The most OPENREG_DEVICE_COUNT may say; per-device tables are sized by it.
 constexpr int orMaxDevices = 64;
-int orDeviceCount();                 // OPENREG_DEVICE_COUNT, default 8 (0 if invalid)
+// The devices this process sees: OPENREG_VISIBLE_DEVICES of the
+// OPENREG_DEVICE_COUNT (default 8; 0 if invalid) physical ones.
+int orDeviceCount();
+// A device's index among all OPENREG_DEVICE_COUNT (what identifies it to other
+// processes, whatever each sees), and back (-1: out of range, or not visible).
+int orDevicePhysicalIndex(int device);
+int orDeviceFromPhysicalIndex(int physical);
 size_t orDeviceTotalMemory();        // OPENREG_DEVICE_MEMORY in whole 4 KiB pages, default 16 GiB
 // What is wrong with OPENREG_DEVICE_COUNT / OPENREG_DEVICE_MEMORY ("" if
 // nothing): the PyTorch layer refuses to use a device while this is set.

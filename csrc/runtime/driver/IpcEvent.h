@@ -1,13 +1,14 @@
 // The shared half of an interprocess event (orEventCreateInterprocess, ~
 // cudaEventInterprocess): a page of a memfd that every process holding the
-// event maps. Records in any of them take the next generation number; the
-// stream that reaches a record publishes it there, and waiters in any process
-// watch it (a futex on the shared page, so a waiter sleeps in the kernel).
+// event maps. A record in any of them takes the next generation number and
+// one of 64 slots, which it holds until its stream reaches it and publishes
+// that there; waiters in any process watch the slot (a futex on the shared page, so a waiter sleeps in the kernel).
 // A waiter also watches the recording process: one that exits before its
 // record is reached ends the wait with orErrorIpcPeerExited instead of a hang.
 // Driver-internal (Stream.cpp's events use it).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -26,24 +27,27 @@ class IpcEvent {
   ~IpcEvent();
 
   orIpcEventHandle handle() const { return handle_; }
-  // A record's generation (1, 2, ...); this process is its recorder.
+  // Records are named by ids (0: none), made here as this process records.
+  // The id of a new record (waits while 64 records are outstanding).
   uint64_t claim();
-  // The stream reached the record of `generation` (its kernels failed or not).
-  void publish(uint64_t generation, bool failed);
-  // The latest record's generation (0: never recorded).
+  // The stream reached the record `id` (its kernels failed or not).
+  void publish(uint64_t id, bool failed);
+  // The latest record, of any process.
   uint64_t latest() const;
   // orSuccess / orErrorNotReady / orErrorLaunchFailure (its stream failed) /
-  // orErrorIpcPeerExited for the record of `generation`.
-  orError status(uint64_t generation) const;
-  // Blocks until status(generation) is not orErrorNotReady, and returns it.
-  orError wait(uint64_t generation) const;
-  // The pid of the process that made the record of `generation` (0: unknown).
-  int64_t recorder(uint64_t generation) const;
+  // orErrorIpcPeerExited for the record `id`.
+  orError status(uint64_t id) const;
+  // Blocks until status(id) is not orErrorNotReady, and returns it.
+  orError wait(uint64_t id) const;
+  // The pid of the process that made the record `id` (0: unknown).
+  int64_t recorder(uint64_t id) const;
 
  private:
   IpcEvent() = default;
   IpcEventPage* page_ = nullptr;
   int fd_ = -1;  // the creator keeps its memfd open: the handle names it
+  int64_t owner_pid_ = 0;  // that mapped page_ (a fork's child must not unmap it)
+  std::atomic<int> next_hint_{0};  // where this process looks for a free slot first
   orIpcEventHandle handle_{};
 };
 

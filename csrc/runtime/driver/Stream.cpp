@@ -570,24 +570,24 @@ struct Record {
 
 struct orEvent_st {
   bool timing = false;
-  // Interprocess events: the shared state, and the generation of `record`
+  // Interprocess events: the shared state, and the id of `record`
   // (this process's latest record of it; the latest of all processes may be
   // another's, which is then waited for through `ipc` alone).
   std::shared_ptr<detail::IpcEvent> ipc;
   std::mutex mutex;
   std::shared_ptr<Record> record;  // GUARDED_BY mutex; null until recorded
-  uint64_t generation = 0;         // GUARDED_BY mutex
+  uint64_t ipc_record = 0;         // GUARDED_BY mutex
 
   std::shared_ptr<Record> current() {
     std::lock_guard<std::mutex> lock(mutex);
     return record;
   }
-  // For an interprocess event: the latest record's generation (0: none yet),
+  // For an interprocess event: the latest record's id (0: none yet),
   // and this process's Record of it, if it made that one (else null).
   std::shared_ptr<Record> currentShared(uint64_t* latest) {
     std::lock_guard<std::mutex> lock(mutex);
     *latest = ipc->latest();
-    return generation == *latest ? record : nullptr;
+    return ipc_record == *latest ? record : nullptr;
   }
 };
 
@@ -606,7 +606,7 @@ orError orEventDestroy(orEvent event) {
 orError orEventRecord(orEvent event, orStream stream) {
   OR_RETURN_IF_FORKED();
   if (!event || !stream) return orErrorInvalidValue;
-  // A graph's replays would need a new shared generation each: CUDA graphs
+  // A graph's replays would need a new shared record each: CUDA graphs
   // do not take interprocess events either.
   if (event->ipc && stream->capturing.load()) return stream->refuseWhileCapturing();
   if (stream->capturing.load()) {
@@ -647,13 +647,13 @@ orError orEventRecord(orEvent event, orStream stream) {
   }
   stream->work_cv.notify_one();
   if (event->ipc) {
-    const uint64_t generation = event->ipc->claim();
-    stream->whenReached(record->seq, [ipc = event->ipc, generation](bool failed) {
-      ipc->publish(generation, failed);
+    const uint64_t ipc_record = event->ipc->claim();
+    stream->whenReached(record->seq, [ipc = event->ipc, ipc_record](bool failed) {
+      ipc->publish(ipc_record, failed);
     });
     std::lock_guard<std::mutex> lock(event->mutex);
     event->record = std::move(record);
-    event->generation = generation;
+    event->ipc_record = ipc_record;
     return orSuccess;
   }
   std::lock_guard<std::mutex> lock(event->mutex);
@@ -705,8 +705,8 @@ orError waitInCapture(orStream stream, const Record& record) {
 
 namespace {
 // Why a wait for another process's record of an interprocess event failed.
-std::string ipcWaitFailure(orError status, const detail::IpcEvent& ipc, uint64_t generation) {
-  const std::string who = "process " + std::to_string(ipc.recorder(generation));
+std::string ipcWaitFailure(orError status, const detail::IpcEvent& ipc, uint64_t ipc_record) {
+  const std::string who = "process " + std::to_string(ipc.recorder(ipc_record));
   if (status == orErrorIpcPeerExited)
     return "openreg: " + who + ", which recorded the interprocess event waited for, exited " +
            "before the event completed";
