@@ -186,6 +186,13 @@ def test_tensor_on_another_device_than_device_id(tmp_path):
     spawn(bound_device_mixup, 2, tmp_path, init={"device_id": True})
 
 
+def all_reduce_until_the_clash(t):
+    # The rank that publishes its device last finds the clash; the other learns of it later.
+    for _ in range(3):
+        dist.all_reduce(t)
+    torch.openreg.synchronize()
+
+
 def shared_device(rank, n, hosts):
     # No set_device: every rank's "openreg" is openreg:0. On one host that is
     # two ranks on one GPU, which NCCL refuses; on two hosts it is fine.
@@ -195,13 +202,9 @@ def shared_device(rank, n, hosts):
         assert t.cpu().tolist() == [2.0] * 4
         return
 
-    def issue():
-        for _ in range(3):
-            dist.all_reduce(t)
-        torch.openreg.synchronize()
-
     start = time.monotonic()
-    expect_dist_error(issue, "Duplicate device detected", "both on openreg:0", "set_device(local_rank)")
+    expect_dist_error(lambda: all_reduce_until_the_clash(t), "Duplicate device detected",
+                      "both on openreg:0", "set_device(local_rank)")
     assert time.monotonic() - start < 10  # not the 30 s timeout
     os._exit(0)  # skip destroy: the group is broken
 
@@ -222,12 +225,8 @@ def device_zero_of_its_own(rank, n, same):
         dist.all_reduce(t)
         assert t.cpu().tolist() == [2.0] * 4
         return
-    def issue():
-        for _ in range(3):
-            dist.all_reduce(t)
-        torch.openreg.synchronize()
-
-    expect_dist_error(issue, "Duplicate device detected", "both on openreg:0 (physical device 3)")
+    expect_dist_error(lambda: all_reduce_until_the_clash(t), "Duplicate device detected",
+                      "both on openreg:0 (physical device 3)")
     os._exit(0)  # skip destroy: the group is broken
 
 
