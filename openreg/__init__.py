@@ -109,6 +109,22 @@ _sharing.register()
 # take the GIL (see _drain_autograd_device_threads in csrc/python/Module.cpp).
 atexit.register(_C._drain_autograd_device_threads)
 
+
+def _end_a_profile_left_running() -> None:
+    """A kernel error inside `with torch.profiler.profile()` makes the profiler's
+    exit raise at its device synchronize (the sticky error, as CUDA's), before it
+    turns itself off; torch's profiler state then crashes the process at exit
+    (a segfault in ~ProfilerStateBase). Turned off here, the process ends with
+    the script's own exit code."""
+    if torch._C._autograd._profiler_enabled():
+        try:
+            torch.autograd._disable_profiler()
+        except Exception:  # nothing more to save at exit
+            pass
+
+
+atexit.register(_end_a_profile_left_running)
+
 OutOfMemoryError = torch.OutOfMemoryError  # what an allocation beyond capacity raises
 
 

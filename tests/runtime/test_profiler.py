@@ -162,3 +162,21 @@ def test_graph_replays_are_device_work(python):
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["{'kernel Graph::replay': 2}", "True"], r.stdout
+
+
+def test_a_kernel_error_inside_a_profile_ends_the_process_cleanly(python):
+    # The profiler's exit raises the sticky error at its device synchronize,
+    # before turning itself off; the process must still end with its own code,
+    # not a crash in torch's profiler state at exit.
+    r = python("""
+        import torch, openreg
+        from torch.profiler import ProfilerActivity, profile
+        try:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):
+                x = torch.ones(4, device="openreg") + 1
+                torch.openreg._C._raise_in_kernel("boom")
+        except RuntimeError as e:
+            print(str(e).splitlines()[0])
+    """)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.strip() == "openreg kernel failed asynchronously on openreg:0: boom"
