@@ -82,12 +82,15 @@ struct orStream_st {
   std::atomic<uint64_t> wake_at{kNoWaiter};
   std::exception_ptr first_exception;  // GUARDED_BY mutex; sticky like CUDA's errors
   std::atomic<bool> failed{false};
+  // The sequence number of the kernel that failed first (0: none), so a
+  // record before it is not reported as failed (on_reached).
+  std::atomic<uint64_t> failed_at{0};
   // While taking part in a capture: launches go there, not to `queue`.
   std::shared_ptr<Capture> capture;  // GUARDED_BY mutex
   std::atomic<bool> capturing{false};  // capture != null, readable without the mutex
   bool host_working = false;  // GUARDED_BY mutex; orStreamBeginHostWork's item runs
-  // Called once the stream completed `seq`, with whether it had failed by
-  // then, whether or not its kernels ran: an interprocess event's record is
+  // Called once the stream completed `seq`, with whether a kernel up to `seq`
+  // failed, whether or not its kernels ran: an interprocess event's record is
   // published so, for waiters in other processes, which cannot see this
   // stream's counters (a failed stream skips its kernels).
   std::vector<std::pair<uint64_t, std::function<void(bool)>>> on_reached;  // GUARDED_BY mutex
@@ -154,6 +157,7 @@ void orStream_st::run() {
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);
         if (!first_exception) first_exception = std::current_exception();
+        if (!failed.load()) failed_at = completed.load() + 1;  // this kernel's number
         failed = true;
       }
     }
@@ -194,17 +198,17 @@ void orStream_st::whenReached(uint64_t seq, std::function<void(bool)> callback) 
 }
 
 void orStream_st::runReached(uint64_t done) {
-  std::vector<std::function<void(bool)>> due;
+  std::vector<std::pair<uint64_t, std::function<void(bool)>>> due;
   {
     std::lock_guard<std::mutex> lock(mutex);
     auto later = std::partition(on_reached.begin(), on_reached.end(),
                                 [done](const auto& entry) { return entry.first > done; });
-    for (auto it = later; it != on_reached.end(); ++it) due.push_back(std::move(it->second));
+    for (auto it = later; it != on_reached.end(); ++it) due.push_back(std::move(*it));
     on_reached.erase(later, on_reached.end());
     on_reached_count.store(on_reached.size());
   }
-  const bool has_failed = failed.load();
-  for (auto& callback : due) callback(has_failed);
+  const uint64_t first_failure = failed_at.load();
+  for (auto& [seq, callback] : due) callback(first_failure != 0 && first_failure <= seq);
 }
 
 void orSetStreamIdleHook(void (*hook)()) { g_idle_hook = hook; }
