@@ -37,16 +37,26 @@ def ipc_collect() -> None:
     _C._ipc_collect()
 
 
+def _visible_index(physical: int) -> int:
+    """This process's index of physical device `physical` (OPENREG_VISIBLE_DEVICES)."""
+    index = _C._device_from_physical_index(physical)
+    if index < 0:
+        raise RuntimeError(f"openreg: the object shared by another process is on physical openreg "
+                           f"device {physical}, which this process does not see "
+                           "(OPENREG_VISIBLE_DEVICES)")
+    return index
+
+
 def _share(storage):
-    if storage.nbytes() == 0:
-        return None
+    if storage.nbytes() == 0:  # no memory to map: only its device, by physical index
+        return ("empty", _C._device_physical_index(storage.device.index))
     over = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
     return _C._ipc_share(over)
 
 
 def _open(device, handle):
-    if handle is None:
-        return torch.UntypedStorage(0, device=device)
+    if handle[0] == "empty":
+        return torch.UntypedStorage(0, device=torch.device("openreg", _visible_index(handle[1])))
     device_index, nbytes, memory, refcounts, slot = handle
     key = (*memory, nbytes)
     with _lock:
@@ -98,14 +108,16 @@ def _reduce_storage(storage):
     return (_rebuild_storage, (storage.device, _share(storage)))
 
 
-def _rebuild_event(device, handle):
+def _rebuild_event(physical, handle):
     from .streams import Event
-    return Event.from_ipc_handle(device, handle)
+    return Event.from_ipc_handle(_visible_index(physical), handle)
 
 
 def _reduce_event(event):
-    # As torch's reduce_event for torch.cuda.Event: interprocess events only.
-    return (_rebuild_event, (event.device, event.ipc_handle()))
+    # As torch's reduce_event for torch.cuda.Event (interprocess events only),
+    # with the device by physical index, as tensors travel.
+    handle = event.ipc_handle()  # refuses an event that is not interprocess
+    return (_rebuild_event, (_C._device_physical_index(event.device.index), handle))
 
 
 def register() -> None:

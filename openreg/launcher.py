@@ -71,6 +71,10 @@ def main(argv=None) -> None:
     if checkpoint:
         parser.error(checkpoint)
     env = os.environ
+    if "OPENREG_VISIBLE_DEVICES" in env:
+        # Rank r of a simulated host uses its openreg:r; a narrower view would fail the ranks.
+        parser.error("OPENREG_VISIBLE_DEVICES is set: openreg-run gives each rank a device of "
+                     "its own (rank r of a host on openreg:r); unset it")
     count = env.get("OPENREG_DEVICE_COUNT", "8")
     if not count.isdigit() or not 1 <= int(count) <= 64:
         parser.error(f"OPENREG_DEVICE_COUNT={count!r}: must be an integer in 1..64")

@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -255,8 +256,9 @@ void OregBackend::checkDistinctDevice(int device) {
       const std::string why = c10::str(
           "oreg_ccl: Duplicate device detected: rank ", getRank(), " and rank ", *it,
           " both on openreg:", device,
-          postedDevice_ == device ? std::string()
-                                  : c10::str(" (physical device ", postedDevice_, ")"),
+          postedDevice_ == device && !std::getenv("OPENREG_VISIBLE_DEVICES")
+              ? std::string()
+              : c10::str(" (physical device ", postedDevice_, ")"),
           " (ranks of a host need a device each, as on a GPU node: call "
           "torch.openreg.set_device(local_rank) before using \"openreg\")");
       transport_->cancel(why, /*propagate=*/true);

@@ -85,6 +85,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_device_count", [] { return static_cast<int>(device_count()); });
   m.def("_device_physical_index", [](int device) { return orDevicePhysicalIndex(device); });
+  m.def("_device_from_physical_index", [](int physical) { return orDeviceFromPhysicalIndex(physical); });
   m.def("_config_error", [] { return orConfigError(); });
   m.def("_current_device", [] { return static_cast<int>(current_device()); });
   m.def("_set_device", [](int d) {

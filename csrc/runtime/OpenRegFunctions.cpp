@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 
 #include "OpenRegException.h"
@@ -21,17 +22,22 @@ void check_device_index(int64_t index) {
   if (C10_LIKELY(index >= 0 && index < device_count())) return;
   // A bad OPENREG_DEVICE_COUNT leaves no devices: say why.
   TORCH_CHECK(orConfigError().empty(), "openreg error: ", orConfigError());
+  // Which knob limits the devices: OPENREG_VISIBLE_DEVICES, once it is set
+  // and the device count is not 0 itself.
+  const char* count = std::getenv("OPENREG_DEVICE_COUNT");
+  const bool no_physical = count && std::strtol(count, nullptr, 10) == 0 &&
+                           std::isdigit(static_cast<unsigned char>(*count));
+  const bool by_visibility = std::getenv("OPENREG_VISIBLE_DEVICES") && !no_physical;
   if (device_count() == 0)
     OPENREG_THROW_ACCELERATOR_ERROR(
         orErrorInvalidDevice, "openreg error: no openreg devices are available (",
-        std::getenv("OPENREG_VISIBLE_DEVICES") ? "OPENREG_VISIBLE_DEVICES lists none"
-                                               : "OPENREG_DEVICE_COUNT=0",
-        ")");
+        by_visibility ? "OPENREG_VISIBLE_DEVICES lists none" : "OPENREG_DEVICE_COUNT=0", ")");
   OPENREG_THROW_ACCELERATOR_ERROR(
       orErrorInvalidDevice, "openreg error: invalid device ordinal: openreg:", index,
       " requested, but only ", static_cast<int>(device_count()),
       " openreg devices exist (valid indices are 0..", static_cast<int>(device_count()) - 1,
-      "; set OPENREG_DEVICE_COUNT for more)");
+      by_visibility ? "; OPENREG_VISIBLE_DEVICES shows only these)"
+                    : "; set OPENREG_DEVICE_COUNT for more)");
 }
 
 c10::DeviceIndex current_device() { return t_current_device; }

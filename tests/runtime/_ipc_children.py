@@ -48,9 +48,10 @@ def hold(inbox, outbox):
 
 
 def report_device(inbox, outbox):
-    """Receives one tensor and reports its device and values, or the error."""
+    """Receives (tensor, empty tensor, interprocess event) and reports their
+    devices and the tensor's values, or the error."""
     try:
-        t = inbox.get(timeout=60)
-        outbox.put((str(t.device), t.cpu().tolist()))
+        t, empty, event = inbox.get(timeout=60)
+        outbox.put((str(t.device), t.cpu().tolist(), str(empty.device), str(event.device)))
     except RuntimeError as e:
         outbox.put(str(e).splitlines()[0])

@@ -146,12 +146,15 @@ def test_a_shared_tensor_arrives_on_the_same_physical_device(python):
         import os
         assert torch.openreg.device_count() == 2
         t = torch.arange(3.0, device="openreg:1")
+        empty = torch.empty(0, device="openreg:1")
+        torch.openreg.set_device(1)
+        event = torch.openreg.Event(interprocess=True)
         seen = []
         for visible in ("2", "0"):
             os.environ["OPENREG_VISIBLE_DEVICES"] = visible  # the child's, at its start
             child = ctx.Process(target=_ipc_children.report_device, args=(inbox, outbox))
             child.start()
-            inbox.put(t)
+            inbox.put((t, empty, event))
             seen.append(outbox.get(timeout=60))
             child.join(60)
         print(seen[0])
@@ -159,6 +162,6 @@ def test_a_shared_tensor_arrives_on_the_same_physical_device(python):
     """), env={"OPENREG_DEVICE_COUNT": "4", "OPENREG_VISIBLE_DEVICES": "1,2"})
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0] == "('openreg:0', [0.0, 1.0, 2.0])", lines
-    assert lines[1].startswith("openreg: the storage shared by process ") and lines[1].endswith(
-        " is on physical openreg device 2, which this process does not see (OPENREG_VISIBLE_DEVICES)"), lines
+    assert lines[0] == "('openreg:0', [0.0, 1.0, 2.0], 'openreg:0', 'openreg:0')", lines
+    assert lines[1].endswith(" on physical openreg device 2, which this process does not see "
+                             "(OPENREG_VISIBLE_DEVICES)"), lines

@@ -24,6 +24,9 @@ def _visible(python, value, count="4", code="print(torch.openreg.device_count())
     ("1,-1,2", "1"),    # ...or is negative...
     ("0,4,1", "1"),     # ...or names no device (OPENREG_DEVICE_COUNT=4)
     ("1,2,1", "0"),     # an index given twice: no devices, as CUDA
+    ("0,9,0", "0"),     # (checked before the list ends at a device that does not exist)
+    ("003,-0", "2"),    # leading zeros; "-0" is 0, as strtoul reads it
+    ("\n1", "1"),      # any blank
     ("", "0"),
 ])
 def test_visible_devices_are_parsed_as_cuda_visible_devices(python, value, count):
@@ -58,3 +61,14 @@ def test_no_visible_device_is_not_available(python):
     assert out.splitlines() == [
         "False",
         "openreg error: no openreg devices are available (OPENREG_VISIBLE_DEVICES lists none)"]
+
+
+def test_an_index_beyond_the_visible_devices_names_the_knob(python):
+    out = _visible(python, "3", code="""
+        try:
+            torch.ones(1, device="openreg:1")
+        except RuntimeError as e:
+            print(str(e).splitlines()[0])
+    """.replace("\n        ", "\n"))
+    assert out == ("openreg error: invalid device ordinal: openreg:1 requested, but only 1 openreg "
+                   "devices exist (valid indices are 0..0; OPENREG_VISIBLE_DEVICES shows only these)")

@@ -151,6 +151,15 @@ def test_launcher_rejects_layouts_the_job_cannot_run(args, message):
     assert "Traceback" not in r.stderr, r.stderr[-2000:]
 
 
+@pytest.mark.timeout(120)
+def test_launcher_refuses_a_narrowed_device_view():
+    import subprocess
+    r = subprocess.run([sys.executable, "-m", "openreg.launcher", "--devices", "2"], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, OPENREG_VISIBLE_DEVICES="0"))
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "OPENREG_VISIBLE_DEVICES is set: openreg-run gives each rank a device of its own" in r.stderr
+
+
 @pytest.mark.timeout(600)
 def test_resume_under_another_strategy(cpu_reference, tmp_path):
     # A ddp checkpoint (fused AdamW) resumed with tp (foreach off: DTensors beside tensors):

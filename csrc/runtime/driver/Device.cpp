@@ -44,33 +44,45 @@ int readDeviceCount() {
 // The physical devices OPENREG_VISIBLE_DEVICES lets this process see, in
 // its order (all of them when unset), read as torch reads CUDA_VISIBLE_DEVICES
 // (torch.cuda._parse_visible_devices): each entry's leading integer; the list
-// ends at the first entry that is not one or names no device, and an index
-// given twice leaves no devices.
+// ends at the first entry that is not one (or is negative); an index given
+// twice leaves no devices; then the list ends at the first index that names
+// no device.
 std::vector<int> readVisibleDevices(int physical) {
-  std::vector<int> visible;
+  std::vector<int> listed;
   const char* env = std::getenv("OPENREG_VISIBLE_DEVICES");
   if (!env) {
-    for (int d = 0; d < physical; ++d) visible.push_back(d);
-    return visible;
+    for (int d = 0; d < physical; ++d) listed.push_back(d);
+    return listed;
   }
   const std::string text(env);
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = text.find(',', start);
     if (end == std::string::npos) end = text.size();
-    std::string entry = text.substr(start, end - start);
-    const size_t first = entry.find_first_not_of(" \t");
-    entry = first == std::string::npos ? "" : entry.substr(first);
-    size_t digits = (!entry.empty() && entry[0] == '+') ? 1 : 0;
-    const size_t begin = digits;
-    while (digits < entry.size() && std::isdigit(static_cast<unsigned char>(entry[digits]))) ++digits;
-    if (digits == begin) break;  // not a number, or negative
-    if (digits - begin > 3) break;  // beyond orMaxDevices
-    const int index = std::stoi(entry.substr(begin, digits - begin));
-    if (index >= physical) break;
-    if (std::find(visible.begin(), visible.end(), index) != visible.end()) return {};
-    visible.push_back(index);
+    size_t at = start;
+    while (at < end && std::isspace(static_cast<unsigned char>(text[at]))) ++at;
+    if (at < end && (text[at] == '+' || text[at] == '-')) {
+      // "-0" is 0, as strtoul reads it; any other negative ends the list.
+      const bool minus = text[at++] == '-';
+      if (minus && !(at < end && text[at] == '0' &&
+                     (at + 1 == end || !std::isdigit(static_cast<unsigned char>(text[at + 1])))))
+        break;
+    }
+    while (at + 1 < end && text[at] == '0' && std::isdigit(static_cast<unsigned char>(text[at + 1])))
+      ++at;  // leading zeros
+    size_t digits = at;
+    while (digits < end && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+    if (digits == at) break;  // not a number
+    // Beyond any device count: kept as "no such device".
+    const int index = digits - at > 3 ? orMaxDevices : std::stoi(text.substr(at, digits - at));
+    if (std::find(listed.begin(), listed.end(), index) != listed.end()) return {};
+    listed.push_back(index);
     start = end + 1;
+  }
+  std::vector<int> visible;
+  for (int index : listed) {
+    if (index >= physical) break;
+    visible.push_back(index);
   }
   return visible;
 }
