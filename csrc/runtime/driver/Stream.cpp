@@ -365,16 +365,20 @@ bool orStreamBeginHostWork(orStream stream) {
 }
 
 void orStreamEndHostWork(orStream stream) {
+  bool held_back = false;
   {
     std::lock_guard<std::mutex> lock(stream->mutex);
     stream->host_working = false;
+    held_back = !stream->queue.empty();
     // As the worker completes an item (the waiters' protocol in waitFor).
     if (stream->completed.fetch_add(1) + 1 >= stream->wake_at.load()) {
       stream->wake_at.store(orStream_st::kNoWaiter);
       stream->done_cv.notify_all();
     }
   }
-  stream->work_cv.notify_one();
+  // Only kernels queued behind the host's item need the worker now: waking an
+  // idle worker for nothing costs a context switch per blocking copy.
+  if (held_back) stream->work_cv.notify_one();
 }
 
 uint64_t orStreamLaunchCount(orStream stream) {
