@@ -38,6 +38,9 @@ enum SlotState : uint32_t {
   kFree = 0,    // never used, or its record was reached
   kBusy = 1,    // its record is not reached yet
   kFailed = 2,  // its record was reached after a kernel failed on its stream
+  // Being taken for a new record: the record it still names was reached (the
+  // new one's waiters cannot know its id before the slot is kBusy).
+  kClaiming = 3,
 };
 
 struct IpcEventPage {
@@ -170,7 +173,7 @@ uint64_t IpcEvent::claim() {
         }
         continue;
       }
-      if (slot.state.compare_exchange_strong(expected, kBusy)) return index;
+      if (slot.state.compare_exchange_strong(expected, kClaiming)) return index;
     }
     return -1;
   };
@@ -188,6 +191,7 @@ uint64_t IpcEvent::claim() {
   slot.start.store(selfStartTime(), std::memory_order_relaxed);
   const uint64_t generation = page_->last_generation.fetch_add(1) + 1;
   slot.generation.store(generation, std::memory_order_release);
+  slot.state.store(kBusy);
   // The latest record is the highest generation: two processes recording at
   // once store theirs in either order.
   const uint64_t id = recordId(generation, index);
