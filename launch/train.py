@@ -606,10 +606,11 @@ def main(argv=None):
             dist.all_reduce(report, op=dist.ReduceOp.AVG)
         value = report.item()
         losses.append(value)
-        if not math.isfinite(value) and not diverged and rank == 0:
-            print(f"warning: the loss is {value} at step {step}: training diverged (try a lower "
-                  "--lr, or --clip-grad)", flush=True)
-        diverged = diverged or not math.isfinite(value)
+        if not math.isfinite(value) and not diverged:
+            diverged = True
+            if rank == 0:
+                print(f"warning: the loss is {value} at step {step}: training diverged (try a "
+                      "lower --lr, or --clip-grad)", flush=True)
         if step - start_step + 1 == warmup:
             t_warm, cpu_warm = time.perf_counter(), time.process_time()
             untimed_at_warm = untimed["seconds"]
@@ -644,13 +645,15 @@ def main(argv=None):
         dist.all_gather(per_rank, mine)
         if dist.get_backend() == "gloo":
             let_gloo_drop([report, mine, *per_rank])
-    peaks = [None if p < 0 else int(p) for p, _ in (t.tolist() for t in per_rank)]
-    per_rank = [tuple(t.tolist()) for t in per_rank]
+    per_rank = [t.tolist() for t in per_rank]  # [peak bytes (-1: none), CPU seconds] per rank
+    peaks = [None if p < 0 else int(p) for p, _ in per_rank]
+    final_loss = losses[-1] if losses else math.nan
     steady_steps = args.steps - start_step - warmup
     if rank == 0:
         summary = {"strategy": args.strategy, "world_size": world if distributed else 1,
-                   "steps": args.steps - start_step, "first_step": start_step, "losses": losses,
-                   "final_loss": losses[-1] if losses else math.nan, "seconds": elapsed,
+                   "steps": args.steps - start_step, "first_step": start_step,
+                   "losses": [finite_or_none(v) for v in losses],
+                   "final_loss": finite_or_none(final_loss), "seconds": elapsed,
                    "steps_per_second": (args.steps - start_step) / elapsed if elapsed else 0.0,
                    "steady_steps_per_second": steady_steps / steady_elapsed
                    if steady_elapsed > 0 else 0.0,
@@ -667,9 +670,6 @@ def main(argv=None):
                    "collective_seconds": comm_seconds if collectives_timed() else None,
                    "profiled_steps": len(profiler.steps),
                    "hosts": host_layout(device) if distributed else "1 host"}
-        final_loss = summary["final_loss"]
-        summary["losses"] = [finite_or_none(v) for v in losses]
-        summary["final_loss"] = finite_or_none(final_loss)
         os.makedirs(args.out_dir, exist_ok=True)
         with open(os.path.join(args.out_dir, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1, allow_nan=False)

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <c10/core/Stream.h>
+#include <c10/util/ScopeExit.h>
 
 #include <exception>
 #include <functional>
@@ -44,20 +45,15 @@ template <class Body>
 bool runOnHostIfIdle(const c10::Stream& stream, Body&& body) {
   const orStream raw = rawStream(stream);
   if (!orStreamBeginHostWork(raw)) return false;
-  struct End {
-    orStream raw;
-    ~End() { orStreamEndHostWork(raw); }
-  } end{raw};
+  auto end = c10::make_scope_exit([raw] { orStreamEndHostWork(raw); });
   body();
   return true;
 }
-// Waits for `stream`, then runs `body` as its next item (runOnHostIfIdle),
-// waiting again while other threads keep it busy.
+// Runs `body` as `stream`'s next item (runOnHostIfIdle), waiting for the
+// stream while it is busy (a failed stream's error raises from that wait).
 template <class Body>
 void runOnHostInStreamOrder(const c10::Stream& stream, Body&& body) {
-  do {
-    synchronizeStream(stream);
-  } while (!runOnHostIfIdle(stream, body));
+  while (!runOnHostIfIdle(stream, body)) synchronizeStream(stream);
 }
 // Waits for every stream of the device, and first for the work registered
 // with addDeviceSynchronizeWaiter; then raises a failed kernel's error, or

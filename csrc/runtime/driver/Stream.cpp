@@ -590,12 +590,17 @@ struct orEvent_st {
     std::lock_guard<std::mutex> lock(mutex);
     return record;
   }
-  // For an interprocess event: the latest record's id (0: none yet),
-  // and this process's Record of it, if it made that one (else null).
-  std::shared_ptr<Record> currentShared(uint64_t* latest) {
+  // The latest record when this process made it (null if none); else, for an
+  // interprocess event another process recorded last, that record's id in
+  // *remote (0 otherwise), to be waited for through `ipc`.
+  std::shared_ptr<Record> current(uint64_t* remote) {
     std::lock_guard<std::mutex> lock(mutex);
-    *latest = ipc->latest();
-    return ipc_record == *latest ? record : nullptr;
+    *remote = 0;
+    if (!ipc) return record;
+    const uint64_t latest = ipc->latest();
+    if (ipc_record == latest) return record;
+    *remote = latest;
+    return nullptr;
   }
 };
 
@@ -726,19 +731,14 @@ std::string ipcWaitFailure(orError status, const detail::IpcEvent& ipc, uint64_t
 orError orStreamWaitEvent(orStream stream, orEvent event) {
   OR_RETURN_IF_FORKED();
   if (!event || !stream) return orErrorInvalidValue;
-  std::shared_ptr<Record> record;
-  if (event->ipc) {
-    uint64_t latest = 0;
-    record = event->currentShared(&latest);
-    if (!record && latest != 0) {  // another process's record
-      if (stream->capturing.load()) return stream->refuseWhileCapturing();
-      return orLaunchKernel(stream, [ipc = event->ipc, latest] {
-        const orError status = ipc->wait(latest);
-        if (status != orSuccess) throw std::runtime_error(ipcWaitFailure(status, *ipc, latest));
-      });
-    }
-  } else {
-    record = event->current();
+  uint64_t remote = 0;
+  auto record = event->current(&remote);
+  if (remote) {  // another process's record
+    if (stream->capturing.load()) return stream->refuseWhileCapturing();
+    return orLaunchKernel(stream, [ipc = event->ipc, remote] {
+      const orError status = ipc->wait(remote);
+      if (status != orSuccess) throw std::runtime_error(ipcWaitFailure(status, *ipc, remote));
+    });
   }
   if (!record || record->stream == stream) return orSuccess;  // in-order already
   if (record->capture) return waitInCapture(stream, *record);
@@ -771,13 +771,9 @@ orError hostWaitForCaptureEvent(Capture& capture) {
 orError queryEvent(orEvent event, std::shared_ptr<Record>* seen) {
   OR_RETURN_IF_FORKED();
   if (!event) return orErrorInvalidValue;
-  if (event->ipc) {
-    uint64_t latest = 0;
-    *seen = event->currentShared(&latest);
-    if (!*seen) return event->ipc->status(latest);  // another process's record, or none
-  } else {
-    *seen = event->current();
-  }
+  uint64_t remote = 0;
+  *seen = event->current(&remote);
+  if (remote) return event->ipc->status(remote);
   const Record* record = seen->get();
   if (!record) return orSuccess;
   if (record->capture) return hostWaitForCaptureEvent(*record->capture);
@@ -809,22 +805,17 @@ orSanitizerPoint eventPoint(orEvent event) {
 
 orStream orEventStream(orEvent event) {
   if (orIsForkedChild() || !event) return nullptr;  // the event's mutex may be held by a lost thread
-  uint64_t latest = 0;
-  auto record = event->ipc ? event->currentShared(&latest) : event->current();
+  uint64_t remote = 0;
+  auto record = event->current(&remote);
   return record ? record->stream : nullptr;
 }
 
 orError orEventSynchronize(orEvent event) {
   OR_RETURN_IF_FORKED();
   if (!event) return orErrorInvalidValue;
-  std::shared_ptr<Record> record;
-  if (event->ipc) {
-    uint64_t latest = 0;
-    record = event->currentShared(&latest);
-    if (!record) return event->ipc->wait(latest);  // another process's record, or none
-  } else {
-    record = event->current();
-  }
+  uint64_t remote = 0;
+  auto record = event->current(&remote);
+  if (remote) return event->ipc->wait(remote);
   if (!record) return orSuccess;
   if (record->capture) return hostWaitForCaptureEvent(*record->capture);
   record->stream->waitFor(record->seq);
