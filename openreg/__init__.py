@@ -115,8 +115,9 @@ def _end_a_profile_left_running() -> None:
     exit raise at its device synchronize (the sticky error, as CUDA's), before it
     turns itself off; torch's profiler state then crashes the process at exit
     (a segfault in ~ProfilerStateBase). Turned off here, the process ends with
-    the script's own exit code."""
-    if torch._C._autograd._profiler_enabled():
+    the script's own exit code. torch's own flag also tells of a profile left
+    running by another thread, which the exiting thread's state does not show."""
+    if torch._C._autograd._profiler_enabled() or torch.autograd.profiler._is_profiler_enabled:
         try:
             torch.autograd._disable_profiler()
         except Exception:  # nothing more to save at exit

@@ -324,7 +324,7 @@ class DeviceCache {
           }
         }
       // A failed stream runs nothing more: its memory is as quiet.
-      for (c10::StreamId owner : streams) (void)orStreamSynchronize(rawStreamOf(owner));
+      for (c10::StreamId owner : streams) (void)orStreamDrain(rawStreamOf(owner));
       for (Block* b : unused) releaseSegment(pool(b->small), pool(b->small).find(b));
     }
     auto it = poolKeys_.lower_bound({number, std::numeric_limits<c10::StreamId>::min()});

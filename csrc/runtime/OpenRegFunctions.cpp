@@ -3,8 +3,6 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
-#include <cctype>
-#include <cstdlib>
 
 #include "OpenRegException.h"
 #include "driver/Driver.h"
@@ -22,12 +20,8 @@ void check_device_index(int64_t index) {
   if (C10_LIKELY(index >= 0 && index < device_count())) return;
   // A bad OPENREG_DEVICE_COUNT leaves no devices: say why.
   TORCH_CHECK(orConfigError().empty(), "openreg error: ", orConfigError());
-  // Which knob limits the devices: OPENREG_VISIBLE_DEVICES, once it is set
-  // and the device count is not 0 itself.
-  const char* count = std::getenv("OPENREG_DEVICE_COUNT");
-  const bool no_physical = count && std::strtol(count, nullptr, 10) == 0 &&
-                           std::isdigit(static_cast<unsigned char>(*count));
-  const bool by_visibility = std::getenv("OPENREG_VISIBLE_DEVICES") && !no_physical;
+  // Which knob limits the devices: OPENREG_VISIBLE_DEVICES when it hides some.
+  const bool by_visibility = orDeviceCount() < orPhysicalDeviceCount();
   if (device_count() == 0)
     OPENREG_THROW_ACCELERATOR_ERROR(
         orErrorInvalidDevice, "openreg error: no openreg devices are available (",

@@ -158,7 +158,7 @@ void synchronizeComputeStreams(c10::DeviceIndex device, bool raisesKernelErrors)
   for (int id = 0; id < kPooledStreams; ++id) {
     orStream raw = g_devices[device].streams[id].load(std::memory_order_acquire);
     if (!raw) continue;  // never used: nothing queued
-    orError error = orStreamSynchronize(raw);
+    orError error = orStreamDrain(raw);
     if (error == orErrorLaunchFailure && !raisesKernelErrors) continue;
     if (error != orSuccess)
       checkKernelError(error, c10::str("stream ", id, " on device openreg:", static_cast<int>(device)),

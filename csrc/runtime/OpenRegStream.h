@@ -69,6 +69,8 @@ void addDeviceSynchronizeWaiter(DeviceSynchronizeWaiter waiter);
 // them) and whose memory the allocator hands out, not dedicated streams,
 // which may hold for a peer's collective. `raisesKernelErrors`: a failed
 // kernel's error, as synchronizeDevice (other driver errors always raise).
+// The runtime's own wait (orStreamDrain): the race checker does not take it
+// as a host synchronisation the program could rely on.
 void synchronizeComputeStreams(c10::DeviceIndex device, bool raisesKernelErrors = true);
 // Raises for `error`; a kernel failure (orErrorLaunchFailure) with the failed
 // kernel's exception `cause`, reported at this later call as CUDA reports its

@@ -3,6 +3,8 @@ PrivateUse1 activity (the Kineto plugin, csrc/runtime/OpenRegKinetoPlugin.cpp)
 and with the legacy profiler's events (csrc/runtime/OpenRegProfilerStubs.cpp),
 and device memory with profile_memory (the caching allocator reports to it)."""
 
+import pytest
+
 
 def test_autograd_profiler_with_use_device_times_device_work(python):
     r = python("""
@@ -164,19 +166,28 @@ def test_graph_replays_are_device_work(python):
     assert r.stdout.splitlines() == ["{'kernel Graph::replay': 2}", "True"], r.stdout
 
 
-def test_a_kernel_error_inside_a_profile_ends_the_process_cleanly(python):
+@pytest.mark.parametrize("thread", ["main", "another"])
+def test_a_kernel_error_inside_a_profile_ends_the_process_cleanly(python, thread):
     # The profiler's exit raises the sticky error at its device synchronize,
     # before turning itself off; the process must still end with its own code,
-    # not a crash in torch's profiler state at exit.
-    r = python("""
-        import torch, openreg
+    # not a crash in torch's profiler state at exit (also when the profile ran
+    # in a thread other than the one that exits).
+    r = python(f"""
+        import threading, torch, openreg
         from torch.profiler import ProfilerActivity, profile
-        try:
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):
-                x = torch.ones(4, device="openreg") + 1
-                torch.openreg._C._raise_in_kernel("boom")
-        except RuntimeError as e:
-            print(str(e).splitlines()[0])
+        def run():
+            try:
+                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]):
+                    x = torch.ones(4, device="openreg") + 1
+                    torch.openreg._C._raise_in_kernel("boom")
+            except RuntimeError as e:
+                print(str(e).splitlines()[0])
+        if {thread!r} == "main":
+            run()
+        else:
+            t = threading.Thread(target=run)
+            t.start()
+            t.join()
     """)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert r.stdout.strip() == "openreg kernel failed asynchronously on openreg:0: boom"

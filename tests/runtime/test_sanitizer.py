@@ -287,6 +287,27 @@ def test_interleaved_views_on_two_streams_do_not_race(sanitizer, views):
     assert a.sum().item() == 100 and b.sum().item() == 200
 
 
+@pytest.mark.parametrize("runtime_wait", ["graph freed", "empty_cache"])
+def test_the_runtimes_own_waits_do_not_order_streams(sanitizer, runtime_wait):
+    # Freeing a graph's pool and emptying the cache wait for the device
+    # internally; a CUDA program cannot rely on that, so the race stays a
+    # race (a graph garbage-collected at a random moment hid it before).
+    if runtime_wait == "graph freed":
+        g = torch.accelerator.Graph()
+        with torch.openreg.stream(side_stream()), g:
+            torch.ones(10, device=DEV) * 2
+    x = torch.zeros(100, device=DEV)
+    torch.openreg.synchronize()
+    with torch.openreg.stream(side_stream()):
+        x.fill_(1.0)
+    if runtime_wait == "graph freed":
+        del g
+    else:
+        torch.openreg.empty_cache()
+    with torch.openreg.stream(side_stream()):
+        with pytest.raises(RuntimeError, match="data race"):
+            x.add_(1)
+
 
 def test_graph_replays_are_checked_as_the_kernels_they_replay(sanitizer):
     # A replay touches what its captured kernels touched: reading its output

@@ -188,6 +188,8 @@ const DeviceConfig& deviceConfig() {
 
 int orDeviceCount() { return static_cast<int>(deviceConfig().visible.size()); }
 
+int orPhysicalDeviceCount() { return std::max(deviceConfig().count, 0); }
+
 int orDevicePhysicalIndex(int device) {
   const auto& visible = deviceConfig().visible;
   return device >= 0 && device < static_cast<int>(visible.size()) ? visible[device] : -1;

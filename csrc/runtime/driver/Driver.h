@@ -55,6 +55,7 @@ constexpr int orMaxDevices = 64;
 // The devices this process sees: OPENREG_VISIBLE_DEVICES of the
 // OPENREG_DEVICE_COUNT (default 8; 0 if invalid) physical ones.
 int orDeviceCount();
+int orPhysicalDeviceCount();  // OPENREG_DEVICE_COUNT as read at start-up (0 if invalid)
 // A device's index among all OPENREG_DEVICE_COUNT (what identifies it to other
 // processes, whatever each sees), and back (-1: out of range, or not visible).
 int orDevicePhysicalIndex(int device);
@@ -155,6 +156,12 @@ orError orStreamQuery(orStream stream);        // orSuccess or orErrorNotReady
 // `stream`: a position in it, to tell whether anything was queued since.
 uint64_t orStreamLaunchCount(orStream stream);
 orError orStreamSynchronize(orStream stream);  // blocks the calling thread
+// The same wait for the runtime's own bookkeeping (the allocator releasing
+// memory, a graph's pool, the profiler): the race checker does not count it
+// as the host seeing the work end, since a CUDA program cannot rely on the
+// runtime's internal waits (and a garbage-collected graph would otherwise
+// hide a race at random).
+orError orStreamDrain(orStream stream);
 // Work the host thread runs itself as `stream`'s next item (a blocking copy,
 // an operator run synchronously): Begin claims the stream if it is idle (false,
 // claiming nothing, if it is busy, failed or capturing). Until End, the stream

@@ -385,7 +385,8 @@ uint64_t orStreamLaunchCount(orStream stream) {
   return stream ? stream->enqueued.load(std::memory_order_acquire) : 0;
 }
 
-orError orStreamSynchronize(orStream stream) {
+namespace {
+orError waitForStream(orStream stream, bool hostObserves) {
   OR_RETURN_IF_FORKED();
   if (!stream) return orErrorInvalidValue;
   if (stream->capturing.load()) return stream->refuseWhileCapturing();
@@ -396,7 +397,7 @@ orError orStreamSynchronize(orStream stream) {
     target = stream->enqueued.load();
   }
   stream->waitFor(target);
-  orSanitizerHostJoin(seen);
+  if (hostObserves) orSanitizerHostJoin(seen);
   std::vector<std::function<void()>> finished;
   {
     std::lock_guard<std::mutex> lock(stream->mutex);
@@ -404,6 +405,11 @@ orError orStreamSynchronize(orStream stream) {
   }
   return stream->failed.load() ? orErrorLaunchFailure : orSuccess;
 }
+}  // namespace
+
+orError orStreamSynchronize(orStream stream) { return waitForStream(stream, /*hostObserves=*/true); }
+
+orError orStreamDrain(orStream stream) { return waitForStream(stream, /*hostObserves=*/false); }
 
 std::string orStreamLastError(orStream stream) {
   return orErrorMessage(orStreamLastException(stream));
