@@ -6,8 +6,11 @@ the CPU's shared-memory path, which fails for device memory. These reducers
 do for openreg what torch's do for CUDA (csrc/runtime/OpenRegIPCTypes.h):
 - the receiver's tensor lives in the same device memory, on the same device
   index: writes on either side are seen by the other once their streams ran;
-- the sender waits for its device's queued work when it pickles (CUDA records
-  an event for the receiver to wait on instead);
+- as CUDA's, the sender records an interprocess event on its current stream
+  when it pickles, and the receiver's current stream waits for it (the
+  sender's host does not wait; past 256 live such events it synchronises
+  that stream instead, as CUDA does past 1000): work the sender queued on
+  other streams must be ordered before its current stream, as with CUDA;
 - the sender's block outlives its storage until every receiver dropped its
   copy; `torch.openreg.ipc_collect()` (also run at each share and before an
   out-of-memory error) frees those already released, as `torch.cuda.ipc_collect()`;
@@ -57,13 +60,13 @@ def _share(storage):
 def _open(device, handle):
     if handle[0] == "empty":
         return torch.UntypedStorage(0, device=torch.device("openreg", _visible_index(handle[1])))
-    device_index, nbytes, memory, refcounts, slot = handle
+    memory, nbytes = handle[2], handle[1]
     key = (*memory, nbytes)
     with _lock:
         ref = _received.get(key)
         held = None if ref is None else torch.UntypedStorage._new_with_weak_ptr(ref.cdata)
-        if held is not None:
-            _C._ipc_release_reference(refcounts, slot)  # the storage already held serves
+        if held is not None:  # the storage already held serves, once the sender's writes are in
+            _C._ipc_reuse(held.device.index, *handle)
             return held
         storage = _C._ipc_open(*handle).untyped_storage()
         _received[key] = reductions.StorageWeakRef(storage)

@@ -257,18 +257,23 @@ PYBIND11_MODULE(_C, m) {
   m.def("_ipc_share", [](const at::Tensor& over) {
     IpcStorageHandle h;
     {
-      py::gil_scoped_release no_gil;  // it waits for the device
+      py::gil_scoped_release no_gil;  // it may wait for a stream
       c10::Storage storage = over.storage();
       h = shareStorage(storage);
     }
-    return py::make_tuple(h.device, h.nbytes, h.memory, h.refcounts, h.slot);
+    return py::make_tuple(h.device, h.nbytes, h.memory, h.refcounts, h.slot, h.event);
   });
   m.def("_ipc_collect", &collectSharedBlocks);
-  m.def("_ipc_release_reference", &releaseSharedReference);
+  m.def("_ipc_reuse", [](c10::DeviceIndex visible, int64_t device, int64_t nbytes,
+                         std::array<int64_t, 5> memory, std::array<int64_t, 3> refcounts,
+                         int64_t slot, std::array<int64_t, 3> event) {
+    reuseSharedStorage({device, nbytes, memory, refcounts, slot, event}, visible);
+  });
   m.def("_ipc_pending_releases", &pendingSharedReleases);
   m.def("_ipc_open", [](int64_t device, int64_t nbytes, std::array<int64_t, 5> memory,
-                        std::array<int64_t, 3> refcounts, int64_t slot) {
-    c10::Storage storage = openSharedStorage({device, nbytes, memory, refcounts, slot});
+                        std::array<int64_t, 3> refcounts, int64_t slot,
+                        std::array<int64_t, 3> event) {
+    c10::Storage storage = openSharedStorage({device, nbytes, memory, refcounts, slot, event});
     return at::empty({0}, at::TensorOptions().dtype(at::kByte).device(storage.device()))
         .set_(storage, 0, {nbytes}, {1});
   });

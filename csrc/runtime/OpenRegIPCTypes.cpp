@@ -4,6 +4,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/DeviceType.h>
 #include <c10/util/Exception.h>
+#include <c10/util/ScopeExit.h>
 #include <c10/util/thread_name.h>
 
 #include <fcntl.h>
@@ -21,7 +22,9 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "OpenRegException.h"
@@ -35,6 +38,10 @@ namespace {
 constexpr int64_t kSlots = 1 << 16;  // storages pickled and not yet released, per sender
 constexpr size_t kSlotBytes = kSlots * sizeof(std::atomic<int64_t>);
 constexpr char kRefcountsName[] = "openreg-ipc-refcounts";
+// Live sharing events per sender: each holds a file descriptor until its
+// receiver let go of the storage (CUDA stops at 1000 events, then
+// synchronises the stream instead; so does this past these).
+constexpr size_t kMaxShareEvents = 256;
 
 std::atomic<int64_t>* mapSlots(int fd) {
   void* p = mmap(nullptr, kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -52,6 +59,21 @@ struct SentSlots {
   std::atomic<int64_t>* slots = nullptr;
   std::vector<int64_t> free;  // GUARDED_BY(mutex)
   int64_t next = 0;           // GUARDED_BY(mutex): slots never used yet start here
+  // GUARDED_BY(mutex): the interprocess event each slot's receiver waits for
+  // (none: the sender synchronised instead), destroyed when the slot is free.
+  std::unordered_map<int64_t, orEvent> events;
+
+  void freeSlotsLocked(std::vector<int64_t>::const_iterator begin,
+                       std::vector<int64_t>::const_iterator end) {
+    for (auto it = begin; it != end; ++it) {
+      auto event = events.find(*it);
+      if (event != events.end()) {
+        orEventDestroy(event->second);
+        events.erase(event);
+      }
+    }
+    free.insert(free.end(), begin, end);
+  }
 
   void init() {
     if (slots) return;
@@ -110,7 +132,7 @@ bool releasedLocked(SentData* sent) {
   auto held = std::stable_partition(sent->slots.begin(), sent->slots.end(), [&](int64_t slot) {
     return s.slots[slot].load(std::memory_order_acquire) != 0;
   });
-  s.free.insert(s.free.end(), held, sent->slots.end());
+  s.freeSlotsLocked(held, sent->slots.end());
   sent->slots.erase(held, sent->slots.end());
   return sent->slots.empty();
 }
@@ -230,6 +252,33 @@ void releaseImported(void* context) {
   imported->release();  // could not order it: nothing left to wait with
 }
 
+// The receiver reads after the work queued so far on the sender's current
+// stream: an interprocess event recorded there for it (CUDA's
+// CudaIPCSentData event), or, past kMaxShareEvents or where no event can be
+// recorded, that stream synchronised now. Null in the second case.
+orEvent markWrittenForReceiver(const c10::Stream& stream, bool eventAllowed) {
+  orEvent event = nullptr;
+  if (eventAllowed && orEventCreateInterprocess(&event) == orSuccess) {
+    if (orEventRecord(event, rawStream(stream)) == orSuccess) return event;
+    orEventDestroy(event);  // a failed or capturing stream: its synchronize says why
+  }
+  synchronizeStream(stream);
+  return nullptr;
+}
+
+// Receiver side: `device`'s current stream waits for the sender's event.
+void waitForSender(const IpcStorageHandle& handle, c10::DeviceIndex device) {
+  if (handle.event[0] == 0) return;  // the sender synchronised
+  orEvent event = nullptr;
+  orError error = orIpcOpenEventHandle(
+      &event, {handle.event[0], handle.event[1], static_cast<uint64_t>(handle.event[2])});
+  TORCH_CHECK(error == orSuccess, "openreg: cannot open the event of the storage shared by process ",
+              handle.event[0], ": ", orGetErrorString(error));
+  error = orStreamWaitEvent(rawStream(getCurrentStream(device)), event);
+  orEventDestroy(event);  // a queued wait keeps the event's shared state
+  OPENREG_CHECK(error);
+}
+
 void checkNotForked() {
   TORCH_CHECK(!orIsForkedChild(), "Cannot re-initialize openreg in forked subprocess. To use "
               "openreg with multiprocessing, you must use the 'spawn' start method");
@@ -248,11 +297,27 @@ IpcStorageHandle shareStorage(c10::Storage& storage) {
   c10::DeviceGuard guard(device);
   storage.mutable_data();
   collectSharedBlocks();
-  // The receiver may read at once: everything queued that may write it has run.
-  synchronizeDevice(device.index());
+  SentSlots& sent = sentSlots();
+  bool eventAllowed;
+  {
+    std::lock_guard<std::mutex> lock(sent.mutex);
+    if (sent.events.size() >= kMaxShareEvents)
+      for (SentData* live : alive()) releasedLocked(live);  // given back since
+    eventAllowed = sent.events.size() < kMaxShareEvents;
+  }
+  orEvent written = markWrittenForReceiver(getCurrentStream(device.index()), eventAllowed);
+  IpcStorageHandle handle;
+  if (written) {
+    orIpcEventHandle event;
+    OPENREG_CHECK(orIpcGetEventHandle(&event, written));
+    handle.event = {event.pid, event.fd, static_cast<int64_t>(event.inode)};
+  }
+  // Until the slot holds it, the event is this function's to destroy.
+  auto destroyWritten = c10::make_scope_exit([&] {
+    if (written) orEventDestroy(written);
+  });
   orIpcMemHandle memory;
   OPENREG_CHECK(orIpcGetMemHandle(&memory, storage.data()));
-  SentSlots& sent = sentSlots();
   std::lock_guard<std::mutex> lock(sent.mutex);
   sent.init();
   int64_t slot;
@@ -269,6 +334,7 @@ IpcStorageHandle shareStorage(c10::Storage& storage) {
     sent.free.pop_back();
   }
   sent.slots[slot].store(1, std::memory_order_release);  // this pickling's receiver
+  if (written) sent.events[slot] = std::exchange(written, nullptr);
   // The first share hands the block to a SentData (CUDA's _share_cuda_ swap).
   auto& data = storage.mutable_data_ptr();
   if (data.get_deleter() != &deleteSent) {
@@ -281,7 +347,6 @@ IpcStorageHandle shareStorage(c10::Storage& storage) {
   releasedLocked(owner);  // slots of earlier shares given back since
   owner->slots.push_back(slot);
   limbo().reserve(limbo().size() + alive().size());  // deleteSent must not allocate
-  IpcStorageHandle handle;
   // The physical index: the receiver may see the device under another one
   // (OPENREG_VISIBLE_DEVICES).
   handle.device = orDevicePhysicalIndex(device.index());
@@ -320,6 +385,7 @@ c10::Storage openSharedStorage(const IpcStorageHandle& handle) {
   std::atomic<int64_t>* slots = receivedSlots(handle.refcounts);
   TORCH_CHECK(slots, "openreg: cannot open the openreg storage shared by process ", pid,
               ": it has exited, or this process may not open its files (/proc/", pid, "/fd)");
+  waitForSender(handle, static_cast<c10::DeviceIndex>(visible));
   orIpcMemHandle memory;
   memory.pid = static_cast<int32_t>(pid);
   memory.fd = static_cast<int32_t>(handle.memory[1]);
@@ -338,11 +404,13 @@ c10::Storage openSharedStorage(const IpcStorageHandle& handle) {
                       std::move(data), /*allocator=*/nullptr, /*resizable=*/false);
 }
 
-void releaseSharedReference(const std::array<int64_t, 3>& refcounts, int64_t slot) {
+void reuseSharedStorage(const IpcStorageHandle& handle, c10::DeviceIndex device) {
   checkNotForked();
-  TORCH_CHECK(slot >= 0 && slot < kSlots, "openreg: a malformed shared-storage handle");
-  if (std::atomic<int64_t>* slots = receivedSlots(refcounts))
-    slots[slot].fetch_sub(1, std::memory_order_acq_rel);
+  TORCH_CHECK(handle.slot >= 0 && handle.slot < kSlots, "openreg: a malformed shared-storage handle");
+  // Before the reference goes back: the sender destroys the event then.
+  waitForSender(handle, device);
+  if (std::atomic<int64_t>* slots = receivedSlots(handle.refcounts))
+    slots[handle.slot].fetch_sub(1, std::memory_order_acq_rel);
 }
 
 int64_t pendingSharedReleases() { return importReleaser().pending.load(); }

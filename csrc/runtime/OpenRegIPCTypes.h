@@ -2,7 +2,10 @@
 // _new_shared_cuda and CudaIPCTypes for CUDA): an openreg storage pickled
 // in one process is rebuilt in another over the same device memory.
 //
-// The receiver maps the sender's device memory (orIpcImport). As CUDA's
+// The receiver maps the sender's device memory (orIpcImport), and its
+// current stream waits for an interprocess event the sender recorded on its
+// own current stream at pickling (CUDA's way: the sender's host never waits;
+// past 256 live events it synchronises that stream instead). As CUDA's
 // CudaIPCSentData does, sharing swaps the storage's DataPtr for one that
 // owns the original block, and freeing the storage (or resizing it away, as
 // FSDP frees parameters) keeps the block in a limbo until every receiver has
@@ -29,19 +32,22 @@ struct IpcStorageHandle {
   std::array<int64_t, 5> memory{};    // orIpcMemHandle: pid, fd, inode, arena bytes, offset
   std::array<int64_t, 3> refcounts{};  // the sender's slot array: pid, fd, inode
   int64_t slot = 0;
+  std::array<int64_t, 3> event{};  // orIpcEventHandle: pid, fd, inode (pid 0: none)
 };
 
-// Sender side: waits for the device's queued work (the receiver may read at
-// once), then takes a slot holding one reference for this pickling.
+// Sender side: marks the point of its current stream the receiver's current
+// stream must wait for, then takes a slot holding one reference for this
+// pickling (the slot also keeps that event).
 IpcStorageHandle shareStorage(c10::Storage& storage);
 // Frees the blocks of dead shared storages that no receiver holds any more;
 // returns how many (torch.openreg.ipc_collect; the allocator's OOM retry).
 size_t collectSharedBlocks();
 // Receiver side: a storage of handle.device over the sender's memory.
 c10::Storage openSharedStorage(const IpcStorageHandle& handle);
-// Gives a slot's reference back at once (a receiver that already holds the
-// same memory from an earlier handle keeps that one).
-void releaseSharedReference(const std::array<int64_t, 3>& refcounts, int64_t slot);
+// A receiver that already holds the handle's memory from an earlier handle
+// keeps that storage: its `device`'s current stream waits for the sender's
+// new point all the same, and the slot's reference goes back at once.
+void reuseSharedStorage(const IpcStorageHandle& handle, c10::DeviceIndex device);
 // Received storages dropped whose release still waits for their streams.
 int64_t pendingSharedReleases();
 // Tensor.record_stream on a received storage: its release also waits for

@@ -55,3 +55,13 @@ def report_device(inbox, outbox):
         outbox.put((str(t.device), t.cpu().tolist(), str(empty.device), str(event.device)))
     except RuntimeError as e:
         outbox.put(str(e).splitlines()[0])
+
+
+def sum_each(inbox, outbox):
+    """Unpickles each message (bytes) into a tensor, keeps it and reports its sum."""
+    import pickle
+
+    kept = []
+    while (message := inbox.get(timeout=60)) != "done":
+        kept.append(pickle.loads(message))
+        outbox.put(kept[-1].sum().item())

@@ -81,6 +81,41 @@ def test_the_sender_keeps_shared_memory_until_the_receiver_releases_it(python):
     """)
 
 
+def test_the_receiver_waits_for_the_senders_stream_instead_of_the_sender(python):
+    # CUDA's protocol: pickling records an interprocess event on the sender's
+    # current stream, and the receiver's current stream waits for it; the
+    # sender's host goes on at once. Also for a storage the receiver holds
+    # already (which torch's CUDA path does not wait for).
+    _run_with_child(python, "sum_each", """
+        from multiprocessing.reduction import ForkingPickler
+        t = torch.zeros(1 << 16, device="openreg")
+        for value in (1.0, 2.0):
+            torch.openreg._sleep(1000)
+            t.fill_(value)
+            message = bytes(ForkingPickler.dumps(t))
+            assert not torch.openreg.current_stream().query()  # the sender did not wait
+            inbox.put(message)
+            assert outbox.get(timeout=60) == value * (1 << 16)
+    """)
+
+
+def test_past_256_live_sharing_events_the_sender_synchronises_its_stream(python):
+    # Each event holds a file descriptor until its receiver lets go: as CUDA
+    # past its 1000, the sender then waits for its stream instead.
+    r = python(_script("""
+        from multiprocessing.reduction import ForkingPickler
+        t = torch.ones(4, device="openreg")
+        held = [ForkingPickler.dumps(t) for _ in range(255)]  # no receiver: all stay live
+        torch.openreg._sleep(1000)
+        held.append(ForkingPickler.dumps(t))
+        print(torch.openreg.current_stream().query())
+        held.append(ForkingPickler.dumps(t))
+        print(torch.openreg.current_stream().query())
+    """))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True"]
+
+
 def test_a_non_leaf_tensor_that_requires_grad_is_refused_as_torch_refuses_it(python):
     r = python(_script("""
         q = ctx.SimpleQueue()  # pickles in put(), on this thread
