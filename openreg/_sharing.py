@@ -8,8 +8,8 @@ do for openreg what torch's do for CUDA (csrc/runtime/OpenRegIPCTypes.h):
   index: writes on either side are seen by the other once their streams ran;
 - as CUDA's, the sender records an interprocess event on its current stream
   when it pickles, and the receiver's current stream waits for it (the
-  sender's host does not wait; past 256 live such events it synchronises
-  that stream instead, as CUDA does past 1000): work the sender queued on
+  sender's host does not wait; past 1000 live such events it synchronises
+  that stream instead, as CUDA does): work the sender queued on
   other streams must be ordered before its current stream, as with CUDA;
 - the sender's block outlives its storage until every receiver dropped its
   copy; `torch.openreg.ipc_collect()` (also run at each share and before an

@@ -266,13 +266,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_ipc_collect", &collectSharedBlocks);
   m.def("_ipc_reuse", [](c10::DeviceIndex visible, int64_t device, int64_t nbytes,
                          std::array<int64_t, 5> memory, std::array<int64_t, 3> refcounts,
-                         int64_t slot, std::array<int64_t, 3> event) {
+                         int64_t slot, std::array<int64_t, 5> event) {
     reuseSharedStorage({device, nbytes, memory, refcounts, slot, event}, visible);
   });
   m.def("_ipc_pending_releases", &pendingSharedReleases);
   m.def("_ipc_open", [](int64_t device, int64_t nbytes, std::array<int64_t, 5> memory,
                         std::array<int64_t, 3> refcounts, int64_t slot,
-                        std::array<int64_t, 3> event) {
+                        std::array<int64_t, 5> event) {
     c10::Storage storage = openSharedStorage({device, nbytes, memory, refcounts, slot, event});
     return at::empty({0}, at::TensorOptions().dtype(at::kByte).device(storage.device()))
         .set_(storage, 0, {nbytes}, {1});

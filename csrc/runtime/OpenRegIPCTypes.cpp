@@ -38,10 +38,9 @@ namespace {
 constexpr int64_t kSlots = 1 << 16;  // storages pickled and not yet released, per sender
 constexpr size_t kSlotBytes = kSlots * sizeof(std::atomic<int64_t>);
 constexpr char kRefcountsName[] = "openreg-ipc-refcounts";
-// Live sharing events per sender: each holds a file descriptor until its
-// receiver let go of the storage (CUDA stops at 1000 events, then
-// synchronises the stream instead; so does this past these).
-constexpr size_t kMaxShareEvents = 256;
+// Live sharing events per sender, each kept until its receiver let go of the
+// storage: as CUDA, which past 1000 synchronises the stream instead.
+constexpr size_t kMaxShareEvents = 1000;
 
 std::atomic<int64_t>* mapSlots(int fd) {
   void* p = mmap(nullptr, kSlotBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -271,7 +270,8 @@ void waitForSender(const IpcStorageHandle& handle, c10::DeviceIndex device) {
   if (handle.event[0] == 0) return;  // the sender synchronised
   orEvent event = nullptr;
   orError error = orIpcOpenEventHandle(
-      &event, {handle.event[0], handle.event[1], static_cast<uint64_t>(handle.event[2])});
+      &event, {handle.event[0], handle.event[1], static_cast<uint64_t>(handle.event[2]),
+               static_cast<uint64_t>(handle.event[3]), static_cast<uint64_t>(handle.event[4])});
   TORCH_CHECK(error == orSuccess, "openreg: cannot open the event of the storage shared by process ",
               handle.event[0], ": ", orGetErrorString(error));
   error = orStreamWaitEvent(rawStream(getCurrentStream(device)), event);
@@ -310,7 +310,8 @@ IpcStorageHandle shareStorage(c10::Storage& storage) {
   if (written) {
     orIpcEventHandle event;
     OPENREG_CHECK(orIpcGetEventHandle(&event, written));
-    handle.event = {event.pid, event.fd, static_cast<int64_t>(event.inode)};
+    handle.event = {event.pid, event.fd, static_cast<int64_t>(event.inode),
+                    static_cast<int64_t>(event.page), static_cast<int64_t>(event.incarnation)};
   }
   // Until the slot holds it, the event is this function's to destroy.
   auto destroyWritten = c10::make_scope_exit([&] {

@@ -5,7 +5,7 @@
 // The receiver maps the sender's device memory (orIpcImport), and its
 // current stream waits for an interprocess event the sender recorded on its
 // own current stream at pickling (CUDA's way: the sender's host never waits;
-// past 256 live events it synchronises that stream instead). As CUDA's
+// past 1000 live events it synchronises that stream instead). As CUDA's
 // CudaIPCSentData does, sharing swaps the storage's DataPtr for one that
 // owns the original block, and freeing the storage (or resizing it away, as
 // FSDP frees parameters) keeps the block in a limbo until every receiver has
@@ -32,7 +32,7 @@ struct IpcStorageHandle {
   std::array<int64_t, 5> memory{};    // orIpcMemHandle: pid, fd, inode, arena bytes, offset
   std::array<int64_t, 3> refcounts{};  // the sender's slot array: pid, fd, inode
   int64_t slot = 0;
-  std::array<int64_t, 3> event{};  // orIpcEventHandle: pid, fd, inode (pid 0: none)
+  std::array<int64_t, 5> event{};  // orIpcEventHandle: pid, fd, inode, page, incarnation (pid 0: none)
 };
 
 // Sender side: marks the point of its current stream the receiver's current

@@ -15,7 +15,7 @@ namespace {
 
 // The handle's bytes: a tag that tells a foreign blob from ours, then the
 // driver's handle.
-constexpr char kTag[8] = {'o', 'r', 'e', 'g', 'e', 'v', '0', '1'};
+constexpr char kTag[8] = {'o', 'r', 'e', 'g', 'e', 'v', '0', '2'};
 
 thread_local orEvent t_to_adopt = nullptr;
 
@@ -45,10 +45,9 @@ void makeInterprocessEvent(c10::Event& event, c10::DeviceIndex device) {
   check_device_index(device);
   orEvent made = nullptr;
   const orError error = orEventCreateInterprocess(&made);
-  // Each live interprocess event holds a file descriptor (its memfd, which the handle names).
+  // Every 1024 interprocess events take a file descriptor (a memfd the handles name).
   TORCH_CHECK(error != orErrorMemoryAllocation, "openreg: cannot create an interprocess event: "
-              "out of file descriptors (each live interprocess event holds one; see ulimit -n) "
-              "or memory");
+              "out of file descriptors (see ulimit -n) or memory");
   OPENREG_CHECK(error);
   adopt(event, made, device);
 }

@@ -99,13 +99,13 @@ def test_the_receiver_waits_for_the_senders_stream_instead_of_the_sender(python)
     """)
 
 
-def test_past_256_live_sharing_events_the_sender_synchronises_its_stream(python):
-    # Each event holds a file descriptor until its receiver lets go: as CUDA
-    # past its 1000, the sender then waits for its stream instead.
+def test_past_1000_live_sharing_events_the_sender_synchronises_its_stream(python):
+    # Each event is kept until its receiver lets go: as CUDA past its 1000,
+    # the sender then waits for its stream instead.
     r = python(_script("""
         from multiprocessing.reduction import ForkingPickler
         t = torch.ones(4, device="openreg")
-        held = [ForkingPickler.dumps(t) for _ in range(255)]  # no receiver: all stay live
+        held = [ForkingPickler.dumps(t) for _ in range(999)]  # no receiver: all stay live
         torch.openreg._sleep(1000)
         held.append(ForkingPickler.dumps(t))
         print(torch.openreg.current_stream().query())

@@ -186,6 +186,41 @@ def test_later_records_do_not_complete_an_earlier_one(python):
     """)
 
 
+def test_events_share_their_processs_memfds_and_a_stale_handle_fails(python):
+    # Each 1024 events of a process take one descriptor, not one each. The
+    # page of a destroyed event goes to a new one; the old handle then no
+    # longer opens (before, a handle of a closed memfd failed the same way).
+    _run(python, """
+        import os
+        def memfds():
+            return sum("openreg-events" in os.path.realpath(f"/proc/self/fd/{f}")
+                       for f in os.listdir("/proc/self/fd"))
+        events = [torch.openreg.Event(interprocess=True) for _ in range(2048)]
+        assert memfds() == 2, memfds()
+        stale = events[5].ipc_handle()
+        reopened = torch.openreg.Event.from_ipc_handle(0, stale)  # holds the page too
+        del events[5]
+        kept_apart = torch.openreg.Event(interprocess=True)  # not on the page still held
+        assert memfds() == 3, memfds()
+        del reopened, kept_apart
+        newer = torch.openreg.Event(interprocess=True)  # takes the page no event holds now
+        assert memfds() == 3, memfds()
+        try:
+            torch.openreg.Event.from_ipc_handle(0, stale)
+            raise AssertionError("a stale handle opened")
+        except RuntimeError as e:
+            assert "cannot open the interprocess event" in str(e), e
+        same = torch.openreg.Event.from_ipc_handle(0, newer.ipc_handle())
+        side = torch.openreg.Stream()
+        with torch.openreg.stream(side):
+            torch.openreg._sleep(200)
+            newer.record()
+        assert not same.query()
+        same.synchronize()
+        assert newer.query()
+    """)
+
+
 def test_a_forked_child_dropping_an_inherited_event_leaves_its_own_files(python):
     _run(python, """
         import os

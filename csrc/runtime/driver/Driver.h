@@ -230,8 +230,9 @@ orError orEventQueryNoSync(orEvent event);
 orError orEventElapsedTime(float* ms, orEvent start, orEvent end);
 
 // Interprocess events (~ cudaEventInterprocess, cudaIpcGetEventHandle,
-// cudaIpcOpenEventHandle): the event's state lives in a memfd that another
-// process opens through /proc (as peer device memory). Every process holding
+// cudaIpcOpenEventHandle): the event's state lives in a page of a memfd its
+// creator shares by all its events (one descriptor per 1024 of them), which
+// another process opens through /proc (as peer device memory). Every process holding
 // it may record it, wait for it on a stream, query and synchronise with it;
 // each sees the latest record made in any of them. A record is published
 // when its stream reaches it, also after a kernel failed there (waiters then
@@ -239,8 +240,10 @@ orError orEventElapsedTime(float* ms, orEvent start, orEvent end);
 // them with orErrorIpcPeerExited. No timing, no use in a capture.
 struct orIpcEventHandle {
   int64_t pid = 0;     // the creating process
-  int64_t fd = -1;     // its memfd of the event
+  int64_t fd = -1;     // its memfd holding the event
   uint64_t inode = 0;  // that memfd's
+  uint64_t page = 0;   // the event's page in it
+  uint64_t incarnation = 0;  // which of the events that page held: a stale handle fails
 };
 orError orEventCreateInterprocess(orEvent* event);
 // orErrorInvalidValue for an event not created interprocess.

@@ -16,8 +16,11 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "PeerMemfd.h"
 
@@ -27,7 +30,9 @@ namespace openreg::detail {
 // while 64 are outstanding waits for one of them.
 constexpr int kSlots = 64;
 constexpr size_t kPageBytes = 4096;
-constexpr char kMemfdName[] = "openreg-event";
+constexpr size_t kArenaPages = 1024;  // sparse: a page takes memory once an event used it
+constexpr size_t kArenaBytes = kArenaPages * kPageBytes;
+constexpr char kMemfdName[] = "openreg-events";
 
 // A record is named by its generation and its slot: (generation << 8) | slot.
 constexpr uint64_t recordId(uint64_t generation, int slot) { return generation << 8 | uint64_t(slot); }
@@ -44,6 +49,11 @@ enum SlotState : uint32_t {
 };
 
 struct IpcEventPage {
+  // Across processes: the live IpcEvents on this page (the creator's one
+  // included). At 0 the creator may give the page to a new event, with the
+  // next incarnation; an opener joins only a held page of its incarnation.
+  std::atomic<uint32_t> holders;
+  std::atomic<uint64_t> incarnation;
   std::atomic<uint64_t> latest;           // id of the latest record (0: none)
   std::atomic<uint64_t> last_generation;  // generations handed out
   std::atomic<uint32_t> wake;             // futex word: bumped at each publication
@@ -99,11 +109,72 @@ void futexWakeAll(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-IpcEventPage* mapPage(int fd) {
-  void* p = mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+void* mapShared(int fd, size_t bytes, off_t offset) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, offset);
   if (p == MAP_FAILED) return nullptr;
-  madvise(p, kPageBytes, MADV_DONTFORK);  // a fork's child cannot use the driver
-  return static_cast<IpcEventPage*>(p);
+  madvise(p, bytes, MADV_DONTFORK);  // a fork's child cannot use the driver
+  return p;
+}
+
+// The pages of this process's events, in memfds it keeps open (the handles
+// name them) and mapped for good.
+class Arenas {
+ public:
+  struct Page {
+    IpcEventPage* page;
+    orIpcEventHandle handle;  // less the incarnation
+  };
+
+  // A page no event holds, or nullopt with errno set.
+  std::optional<Page> take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = retired_.begin(); it != retired_.end(); ++it)
+      if (it->page->holders.load(std::memory_order_acquire) == 0) {
+        Page free = *it;
+        retired_.erase(it);
+        return free;
+      }
+    if (arenas_.empty() || arenas_.back().used == kArenaPages) {
+      Arena arena;
+      arena.fd = memfd_create(kMemfdName, MFD_CLOEXEC);
+      struct stat st{};
+      if (arena.fd < 0 || ftruncate(arena.fd, kArenaBytes) != 0 || fstat(arena.fd, &st) != 0 ||
+          !(arena.base = static_cast<char*>(mapShared(arena.fd, kArenaBytes, 0)))) {
+        const int error = errno;
+        if (arena.fd >= 0) close(arena.fd);
+        errno = error;
+        return std::nullopt;
+      }
+      arena.inode = static_cast<uint64_t>(st.st_ino);
+      arenas_.push_back(arena);
+    }
+    Arena& arena = arenas_.back();
+    const size_t index = arena.used++;
+    return Page{reinterpret_cast<IpcEventPage*>(arena.base + index * kPageBytes),
+                {getpid(), arena.fd, arena.inode, index, 0}};
+  }
+
+  // The creator's event let go of `page`; it is taken again once no process holds it.
+  void retire(const Page& page) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    retired_.push_back(page);
+  }
+
+ private:
+  struct Arena {
+    int fd = -1;
+    uint64_t inode = 0;
+    char* base = nullptr;
+    size_t used = 0;  // pages handed out so far
+  };
+  std::mutex mutex_;
+  std::vector<Arena> arenas_;  // GUARDED_BY(mutex_)
+  std::vector<Page> retired_;  // GUARDED_BY(mutex_)
+};
+
+Arenas& arenas() {
+  static auto* all = new Arenas();  // mapped until exit: receivers may outlive our events
+  return *all;
 }
 
 orError mapError(int error) {
@@ -114,49 +185,84 @@ orError mapError(int error) {
 }  // namespace
 
 std::shared_ptr<IpcEvent> IpcEvent::create(orError* error) {
-  std::shared_ptr<IpcEvent> event(new IpcEvent());
-  event->owner_pid_ = getpid();
-  event->fd_ = memfd_create(kMemfdName, MFD_CLOEXEC);
-  struct stat st{};
-  if (event->fd_ < 0 || ftruncate(event->fd_, kPageBytes) != 0 || fstat(event->fd_, &st) != 0 ||
-      !(event->page_ = mapPage(event->fd_))) {
+  const std::optional<Arenas::Page> free = arenas().take();
+  if (!free) {
     *error = mapError(errno);
     return nullptr;
   }
-  // A fresh memfd reads as zeros: no record, every slot unclaimed.
-  event->handle_ = {getpid(), event->fd_, static_cast<uint64_t>(st.st_ino)};
+  IpcEventPage* page = free->page;
+  // No process holds the page, so none reads it: back to no record, every
+  // slot unclaimed; then the next incarnation, published by holders.
+  const uint64_t incarnation = page->incarnation.load() + 1;
+  page->latest.store(0);
+  page->last_generation.store(0);
+  for (auto& slot : page->slots) {
+    slot.state.store(kFree);
+    slot.generation.store(0);
+    slot.pid.store(0);
+    slot.start.store(0);
+  }
+  page->incarnation.store(incarnation);
+  page->holders.store(1, std::memory_order_release);
+  std::shared_ptr<IpcEvent> event(new IpcEvent());
+  event->owner_pid_ = getpid();
+  event->page_ = page;
+  event->handle_ = free->handle;
+  event->handle_.incarnation = incarnation;
   return event;
 }
 
 std::shared_ptr<IpcEvent> IpcEvent::open(const orIpcEventHandle& handle, orError* error) {
-  if (handle.pid <= 0 || handle.fd < 0) {
+  if (handle.pid <= 0 || handle.fd < 0 || handle.page >= kArenaPages) {
     *error = orErrorInvalidValue;
     return nullptr;
   }
-  const int fd = openPeerMemfd(handle.pid, handle.fd, handle.inode, kPageBytes, kMemfdName);
+  const int fd = openPeerMemfd(handle.pid, handle.fd, handle.inode, kArenaBytes, kMemfdName);
   if (fd < 0) {
     *error = mapError(errno);
     return nullptr;
   }
-  std::shared_ptr<IpcEvent> event(new IpcEvent());
-  event->owner_pid_ = getpid();
-  event->page_ = mapPage(fd);
+  auto* page = static_cast<IpcEventPage*>(
+      mapShared(fd, kPageBytes, static_cast<off_t>(handle.page * kPageBytes)));
   const int mapped_errno = errno;
   close(fd);  // the mapping keeps the page
-  if (!event->page_) {
+  if (!page) {
     *error = mapError(mapped_errno);
     return nullptr;
   }
+  // Join the event's holders, unless it has none (destroyed everywhere) or
+  // the page already holds a later event; checked again once joined, when
+  // the page can no longer change hands.
+  uint32_t holders = page->holders.load(std::memory_order_acquire);
+  bool joined = false;
+  while (holders > 0 && page->incarnation.load() == handle.incarnation &&
+         !(joined = page->holders.compare_exchange_weak(holders, holders + 1))) {
+  }
+  if (joined && page->incarnation.load() != handle.incarnation) {
+    page->holders.fetch_sub(1);
+    joined = false;
+  }
+  if (!joined) {
+    munmap(page, kPageBytes);
+    *error = orErrorInvalidValue;
+    return nullptr;
+  }
+  std::shared_ptr<IpcEvent> event(new IpcEvent());
+  event->owner_pid_ = getpid();
+  event->page_ = page;
+  event->own_mapping_ = true;
   event->handle_ = handle;
   return event;
 }
 
 IpcEvent::~IpcEvent() {
-  // A fork's child has neither the mapping (MADV_DONTFORK) nor, maybe, the
-  // descriptor any more: what is at those numbers now is the child's own.
-  if (getpid() != owner_pid_) return;
-  if (page_) munmap(page_, kPageBytes);
-  if (fd_ >= 0) close(fd_);
+  // A fork's child has no mapping (MADV_DONTFORK), nor a hold of its own.
+  if (getpid() != owner_pid_ || !page_) return;
+  page_->holders.fetch_sub(1, std::memory_order_acq_rel);
+  if (own_mapping_)
+    munmap(page_, kPageBytes);
+  else
+    arenas().retire({page_, handle_});
 }
 
 uint64_t IpcEvent::claim() {

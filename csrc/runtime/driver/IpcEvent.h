@@ -1,6 +1,8 @@
 // The shared half of an interprocess event (orEventCreateInterprocess, ~
 // cudaEventInterprocess): a page of a memfd that every process holding the
-// event maps. A record in any of them takes the next generation number and
+// event maps. The creator's events share its memfds (an arena of 1024 pages
+// each); a page counts the processes' events on it, and is given to a new
+// event only once none holds it (a new incarnation, so stale handles fail). A record in any of them takes the next generation number and
 // one of 64 slots, which it holds until its stream reaches it and publishes
 // that there; waiters in any process watch the slot (a futex on the shared page, so a waiter sleeps in the kernel).
 // A waiter also watches the recording process: one that exits before its
@@ -45,7 +47,7 @@ class IpcEvent {
  private:
   IpcEvent() = default;
   IpcEventPage* page_ = nullptr;
-  int fd_ = -1;  // the creator keeps its memfd open: the handle names it
+  bool own_mapping_ = false;  // an opened event maps its page alone; a created one is in an arena
   int64_t owner_pid_ = 0;  // that mapped page_ (a fork's child must not unmap it)
   std::atomic<int> next_hint_{0};  // where this process looks for a free slot first
   orIpcEventHandle handle_{};
