@@ -40,6 +40,8 @@ def init() -> None:
 
 
 def _get_device_index(device: _DeviceLike, optional: bool = True) -> int:
+    if isinstance(device, _DeviceContext):  # as torch.cuda's accepts a torch.cuda.device
+        return device.idx if device.idx != -1 else _get_device_index(None, optional)
     if isinstance(device, str):
         device = torch.device(device)
     if isinstance(device, torch.device):
@@ -50,7 +52,8 @@ def _get_device_index(device: _DeviceLike, optional: bool = True) -> int:
         index = device
     if index is None or index == -1:
         if not optional:
-            raise ValueError(f"Expected a device with a specified index, got {device}")
+            raise ValueError("Expected a torch.device with a specified index or an integer, "
+                             f"but got:{device}")
         return current_device()
     if not isinstance(index, int):
         raise TypeError(f"Invalid device {device!r}")
@@ -86,7 +89,7 @@ def set_device(device: _DeviceLike) -> None:
     if isinstance(device, int) and device < 0:
         return  # a no-op, as torch.cuda.set_device
     _lazy_init()
-    index = _get_device_index(device)
+    index = _get_device_index(device, optional=False)  # "openreg" alone is refused, as "cuda"
     _C._set_device(index)
 
 
@@ -107,6 +110,9 @@ class device:
         if self.idx != -1:
             _C._set_device(self.prev_idx)
         return False
+
+
+_DeviceContext = device
 
 
 class device_of(device):

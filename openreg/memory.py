@@ -236,7 +236,8 @@ def reset_peak_host_memory_stats() -> None:
 def mem_get_info(device=None) -> tuple:
     """(free, total) bytes of the device, as torch.cuda.mem_get_info."""
     device_count()  # raises for a bad OPENREG_DEVICE_MEMORY, as every device API does
-    index = _get_device_index(device)
+    # A device given must name its index, as torch.cuda.mem_get_info's.
+    index = _get_device_index(device, optional=device is None)
     total = _C._device_total_memory()
     return total - _C._device_used_memory(index), total
 

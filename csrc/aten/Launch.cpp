@@ -52,6 +52,18 @@ at::Tensor kernelView(const at::Tensor& t) {
   }
   if (!isOpenReg(t)) return t;
   const c10::Storage& storage = t.storage();
+  // A storage resized to fewer bytes than its tensor spans (FSDP frees
+  // parameters with resize_(0)): the kernel would reach memory that is no
+  // longer the tensor's, or none (CUDA: an illegal memory access). Refused at
+  // the launch instead.
+  if (t.numel() > 0) {
+    const size_t needed =
+        at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize(), t.storage_offset());
+    TORCH_CHECK(needed <= storage.nbytes(), "openreg: a tensor (sizes ", t.sizes(), ", strides ",
+                t.strides(), ", storage offset ", t.storage_offset(), ") spans ", needed,
+                " bytes of its storage, which holds only ", storage.nbytes(),
+                " (resized since, as FSDP frees parameters): a kernel cannot use it");
+  }
   return hostTensorAt(orKernelPtr(storage.data()), storage.nbytes(), t);
 }
 

@@ -715,8 +715,14 @@ c10::intrusive_ptr<c10d::Work> OregBackend::raiseAtWaitWhileCoalescing(
   }
 }
 
+namespace {
+// Negative tags are the backend's own (the monitored barrier's): refused, as gloo refuses them.
+void checkUserTag(int tag) { TORCH_CHECK(tag >= 0, "oreg_ccl: Tag must be nonnegative, got ", tag); }
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> OregBackend::send(std::vector<at::Tensor>& tensors, int dstRank,
                                                  int tag) {
+  checkUserTag(tag);
   return raiseAtWaitWhileCoalescing(c10d::OpType::SEND,
                                     [&] { return sendImpl(tensors, dstRank, tag); });
 }
@@ -742,6 +748,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::sendImpl(std::vector<at::Tensor>& te
 
 c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensors, int srcRank,
                                                  int tag) {
+  checkUserTag(tag);
   return raiseAtWaitWhileCoalescing(
       c10d::OpType::RECV, [&] { return recvImpl(tensors, srcRank, tag, c10d::kUnsetTimeout); });
 }
@@ -782,7 +789,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recvAnysource(std::vector<at::Tensor
 // ---- monitored barrier (gloo's debugging barrier) -------------------------------
 
 namespace {
-// p2p tag of monitored-barrier messages: negative, so no user tag can match it.
+// p2p tag of monitored-barrier messages: negative, which send/recv refuse to users.
 constexpr int kMonitoredBarrierTag = -0x6d62;
 }  // namespace
 
@@ -797,10 +804,10 @@ void OregBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAl
   auto token = [] { return std::vector<at::Tensor>{at::zeros({1}, at::kFloat)}; };
   if (rank != 0) {
     auto t = token();
-    send(t, 0, kMonitoredBarrierTag)->wait();
+    sendImpl(t, 0, kMonitoredBarrierTag)->wait();
     try {
       auto r = token();
-      recv(r, 0, kMonitoredBarrierTag)->wait();
+      recvImpl(r, 0, kMonitoredBarrierTag, c10d::kUnsetTimeout)->wait();
     } catch (const std::exception& e) {
       OREG_CCL_THROW("Rank ", rank, " successfully reached monitoredBarrier, but received errors "
                      "while waiting for send/recv from rank 0. Please check rank 0 logs for "
@@ -840,7 +847,7 @@ void OregBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAl
   std::vector<c10::intrusive_ptr<c10d::Work>> sends;
   for (int r = 1; r < size; ++r) {
     auto t = token();
-    sends.push_back(send(t, r, kMonitoredBarrierTag));
+    sends.push_back(sendImpl(t, r, kMonitoredBarrierTag));
   }
   for (auto& w : sends) w->wait();
 }

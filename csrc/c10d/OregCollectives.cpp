@@ -553,7 +553,12 @@ c10::intrusive_ptr<c10d::Work> OregBackend::alltoall_base(at::Tensor& output, at
     }
     TORCH_CHECK_VALUE(splits.size() == size_t(n), "oreg_ccl: alltoall_base: ", which,
                       " split sizes need ", n, " entries, got ", splits.size());
-    for (auto s : splits) TORCH_CHECK_VALUE(s >= 0, "oreg_ccl: alltoall_base: negative split");
+    for (auto s : splits) {
+      TORCH_CHECK_VALUE(s >= 0, "oreg_ccl: alltoall_base: negative split");
+      // Also keeps their sum from wrapping around to dim 0.
+      TORCH_CHECK_VALUE(s <= rows, "oreg_ccl: alltoall_base: ", which, " split size ", s,
+                        " is larger than dim 0 (", rows, ")");
+    }
     TORCH_CHECK_VALUE(std::accumulate(splits.begin(), splits.end(), int64_t(0)) == rows,
                       "oreg_ccl: alltoall_base: ", which, " split sizes sum to ",
                       std::accumulate(splits.begin(), splits.end(), int64_t(0)), " but dim 0 is ",

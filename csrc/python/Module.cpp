@@ -95,7 +95,9 @@ PYBIND11_MODULE(_C, m) {
     set_device(static_cast<c10::DeviceIndex>(d));
   });
   m.def("_init", [] { OPENREG_CHECK(orInit()); });  // torch.openreg._lazy_init
-  m.def("_exchange_device", [](int d) {
+  m.def("_exchange_device", [](int64_t d) {
+    if (d < 0) return -1;  // a no-op, as torch._C._cuda_exchangeDevice
+    check_device_index(d);  // before narrowing
     return static_cast<int>(exchange_device(static_cast<c10::DeviceIndex>(d)));
   });
   m.def("_check_device", [](int64_t d) { check_device_index(d); });  // before any narrowing

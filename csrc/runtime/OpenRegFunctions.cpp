@@ -43,12 +43,14 @@ void set_device(c10::DeviceIndex index) {
 
 c10::DeviceIndex exchange_device(c10::DeviceIndex index) {
   c10::DeviceIndex previous = t_current_device;
-  if (index >= 0 && index != previous) set_device(index);
+  // -1 leaves the device as it is; another negative index is refused (torch
+  // narrows "openreg:200" to -56; cudaSetDevice refuses it too).
+  if (index != -1 && index != previous) set_device(index);
   return previous;
 }
 
 c10::DeviceIndex resolve_device(c10::DeviceIndex index) {
-  if (index < 0) return t_current_device;
+  if (index == -1) return t_current_device;  // c10's "current device"; other negatives are bad
   check_device_index(index);
   return index;
 }

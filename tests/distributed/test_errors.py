@@ -49,6 +49,18 @@ def mismatches(rank, n):
         dist.all_reduce(torch.ones(2, dtype=torch.float32), op=dist.ReduceOp.BAND)
     with pytest.raises((ValueError, RuntimeError)):
         dist.all_gather_into_tensor(torch.empty(3), torch.ones(2))
+    # Splits whose int64 sum wraps around to dim 0 (the copies went past the
+    # tensors: a segfault).
+    big = 2**63 - 1
+    with pytest.raises(ValueError, match="split size 9223372036854775807 is larger than dim 0"):
+        dist.all_to_all_single(torch.empty(n), torch.ones(n), [big, big] + [2] * (n - 2),
+                               [1] * n)
+    # Negative tags are the backend's own (the monitored barrier's): a user's
+    # send with one took the barrier's token, and the barrier its tensor.
+    with pytest.raises(RuntimeError, match="Tag must be nonnegative, got -28002"):
+        dist.send(t, (rank + 1) % n, tag=-0x6D62)
+    with pytest.raises(RuntimeError, match="Tag must be nonnegative"):
+        dist.recv(t, (rank + 1) % n, tag=-1)
     with pytest.raises(ValueError, match="sends itself"):  # own block: 2 out, 3 expected
         dist.all_to_all([torch.empty(3 if p == rank else 2) for p in range(n)],
                         [torch.ones(2) for _ in range(n)])

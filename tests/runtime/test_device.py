@@ -62,6 +62,40 @@ def test_invalid_device_names_valid_range():
         torch.openreg.set_stream(stream)
 
 
+def test_the_hooks_take_only_minus_one_as_the_current_device():
+    # torch.accelerator passes indices straight to the hooks: -1 is c10's
+    # "current device", any other negative one (or "openreg:200", which torch
+    # narrows to -56) is refused, not taken as the current device.
+    prev = torch.openreg.current_device()
+    try:
+        torch.openreg.set_device(2)
+        assert torch.accelerator.memory_allocated(-1) == torch.openreg.memory_allocated(2)
+        for call in (torch.accelerator.memory_allocated, torch.accelerator.memory_stats,
+                     torch.accelerator.reset_peak_memory_stats, torch.accelerator.get_memory_info,
+                     torch.accelerator.synchronize):
+            with pytest.raises(RuntimeError, match="invalid device ordinal: openreg:-3 "):
+                call(-3)
+        with pytest.raises(RuntimeError, match="invalid device ordinal"):
+            torch.empty(2, device="openreg:200")
+    finally:
+        torch.openreg.set_device(prev)
+
+
+def test_set_device_takes_what_torch_cuda_set_device_takes():
+    prev = torch.openreg.current_device()
+    try:
+        torch.openreg.set_device(torch.openreg.device(3))  # a device context, as torch.cuda.device
+        assert torch.openreg.current_device() == 3
+        # A device without an index is refused, as "cuda" is.
+        for call in (torch.openreg.set_device, torch.openreg.mem_get_info):
+            with pytest.raises(ValueError, match="Expected a torch.device with a specified index"):
+                call("openreg")
+        assert torch.openreg.current_device() == 3
+        assert torch.openreg.mem_get_info() == torch.openreg.mem_get_info(3)
+    finally:
+        torch.openreg.set_device(prev)
+
+
 def test_negative_index_is_a_no_op_as_in_cuda():
     prev = torch.openreg.current_device()
     torch.openreg.set_device(-2)

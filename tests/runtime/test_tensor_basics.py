@@ -1,5 +1,6 @@
 """The basic ATen surface of issue 2: factories, copies, views, set_, resize_, fill_,
 item and printing (csrc/aten/Factories.cpp, Copy.cpp, TensorShape.cpp, Scalar.cpp)."""
+import pytest
 import torch
 
 
@@ -43,6 +44,20 @@ def test_set_and_resize():
     z.resize_(100)
     z.fill_(1)
     assert z.sum().item() == 100
+
+
+def test_a_tensor_whose_storage_was_resized_away_raises_instead_of_crashing():
+    # FSDP frees parameters with storage().resize_(0); a kernel or copy on the
+    # tensor then would read no memory (CUDA: an illegal memory access; the
+    # process crashed here before).
+    x = torch.ones(4, device="openreg")
+    x.untyped_storage().resize_(0)
+    for use in (lambda: x.cpu(), lambda: x + 1, lambda: x.to("openreg:1"), lambda: x.fill_(2)):
+        with pytest.raises(RuntimeError, match=r"spans 16 bytes of its storage, which holds only 0"):
+            use()
+    x.untyped_storage().resize_(16)  # given memory again, as FSDP's all-gather does
+    x.fill_(3)
+    assert x.sum().item() == 12
 
 
 def test_fill_item_and_print():
