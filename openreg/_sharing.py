@@ -20,6 +20,7 @@ do for openreg what torch's do for CUDA (csrc/runtime/OpenRegIPCTypes.h):
 CPU (and other) tensors keep torch's reducers.
 Tests: tests/runtime/test_ipc.py.
 """
+import multiprocessing.util
 import threading
 from multiprocessing.reduction import ForkingPickler
 
@@ -50,9 +51,21 @@ def _visible_index(physical: int) -> int:
     return index
 
 
+_exit_wait_registered = False
+
+
 def _share(storage):
     if storage.nbytes() == 0:  # no memory to map: only its device, by physical index
         return ("empty", _C._device_physical_index(storage.device.index))
+    global _exit_wait_registered
+    if not _exit_wait_registered:
+        # A sender that exits before its stream reached what it shared fails
+        # its receivers' streams: at exit, after multiprocessing's queues
+        # flushed (their feeder threads pickle too; they join at priority -5),
+        # wait for that, within reason.
+        _exit_wait_registered = True
+        multiprocessing.util.Finalize(None, _C._ipc_await_shared_writes, args=(10.0,),
+                                      exitpriority=-10)
     over = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
     return _C._ipc_share(over)
 

@@ -41,7 +41,7 @@ def init() -> None:
 
 def _get_device_index(device: _DeviceLike, optional: bool = True) -> int:
     if isinstance(device, _DeviceContext):  # as torch.cuda's accepts a torch.cuda.device
-        return device.idx if device.idx != -1 else _get_device_index(None, optional)
+        device = device.idx
     if isinstance(device, str):
         device = torch.device(device)
     if isinstance(device, torch.device):
@@ -51,7 +51,7 @@ def _get_device_index(device: _DeviceLike, optional: bool = True) -> int:
     else:
         index = device
     if index is None or index == -1:
-        if not optional:
+        if index is None and not optional:  # -1 is c10's "current device" anywhere
             raise ValueError("Expected a torch.device with a specified index or an integer, "
                              f"but got:{device}")
         return current_device()
@@ -86,6 +86,8 @@ def current_device() -> int:
 
 
 def set_device(device: _DeviceLike) -> None:
+    if isinstance(device, _DeviceContext):
+        device = device.idx
     if isinstance(device, int) and device < 0:
         return  # a no-op, as torch.cuda.set_device
     _lazy_init()

@@ -722,9 +722,11 @@ void checkUserTag(int tag) { TORCH_CHECK(tag >= 0, "oreg_ccl: Tag must be nonneg
 
 c10::intrusive_ptr<c10d::Work> OregBackend::send(std::vector<at::Tensor>& tensors, int dstRank,
                                                  int tag) {
-  checkUserTag(tag);
-  return raiseAtWaitWhileCoalescing(c10d::OpType::SEND,
-                                    [&] { return sendImpl(tensors, dstRank, tag); });
+  // Inside: an error raised in a coalescing block must wait for wait().
+  return raiseAtWaitWhileCoalescing(c10d::OpType::SEND, [&] {
+    checkUserTag(tag);
+    return sendImpl(tensors, dstRank, tag);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::sendImpl(std::vector<at::Tensor>& tensors, int dstRank,
@@ -748,9 +750,10 @@ c10::intrusive_ptr<c10d::Work> OregBackend::sendImpl(std::vector<at::Tensor>& te
 
 c10::intrusive_ptr<c10d::Work> OregBackend::recv(std::vector<at::Tensor>& tensors, int srcRank,
                                                  int tag) {
-  checkUserTag(tag);
-  return raiseAtWaitWhileCoalescing(
-      c10d::OpType::RECV, [&] { return recvImpl(tensors, srcRank, tag, c10d::kUnsetTimeout); });
+  return raiseAtWaitWhileCoalescing(c10d::OpType::RECV, [&] {
+    checkUserTag(tag);
+    return recvImpl(tensors, srcRank, tag, c10d::kUnsetTimeout);
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::recvImpl(std::vector<at::Tensor>& tensors, int srcRank,

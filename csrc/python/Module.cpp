@@ -272,6 +272,10 @@ PYBIND11_MODULE(_C, m) {
     reuseSharedStorage({device, nbytes, memory, refcounts, slot, event}, visible);
   });
   m.def("_ipc_pending_releases", &pendingSharedReleases);
+  m.def("_ipc_await_shared_writes", [](double seconds) {
+    py::gil_scoped_release no_gil;
+    awaitSharedWrites(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+  });
   m.def("_ipc_open", [](int64_t device, int64_t nbytes, std::array<int64_t, 5> memory,
                         std::array<int64_t, 3> refcounts, int64_t slot,
                         std::array<int64_t, 5> event) {

@@ -256,27 +256,36 @@ void releaseImported(void* context) {
 // CudaIPCSentData event), or, past kMaxShareEvents or where no event can be
 // recorded, that stream synchronised now. Null in the second case.
 orEvent markWrittenForReceiver(const c10::Stream& stream, bool eventAllowed) {
+  // A failed stream raises here, as the synchronisation did (a record on it
+  // would only fail the receiver's stream).
+  if (orStreamLastException(rawStream(stream))) synchronizeStream(stream);
   orEvent event = nullptr;
   if (eventAllowed && orEventCreateInterprocess(&event) == orSuccess) {
     if (orEventRecord(event, rawStream(stream)) == orSuccess) return event;
-    orEventDestroy(event);  // a failed or capturing stream: its synchronize says why
+    orEventDestroy(event);  // a capturing stream: its synchronize says why
   }
   synchronizeStream(stream);
   return nullptr;
 }
 
-// Receiver side: `device`'s current stream waits for the sender's event.
+// Receiver side: `device`'s current stream waits for the sender's event, or,
+// if that stream cannot (it failed: it runs nothing more), the host does.
 void waitForSender(const IpcStorageHandle& handle, c10::DeviceIndex device) {
   if (handle.event[0] == 0) return;  // the sender synchronised
+  const int64_t pid = handle.event[0];
   orEvent event = nullptr;
   orError error = orIpcOpenEventHandle(
-      &event, {handle.event[0], handle.event[1], static_cast<uint64_t>(handle.event[2]),
+      &event, {pid, handle.event[1], static_cast<uint64_t>(handle.event[2]),
                static_cast<uint64_t>(handle.event[3]), static_cast<uint64_t>(handle.event[4])});
   TORCH_CHECK(error == orSuccess, "openreg: cannot open the event of the storage shared by process ",
-              handle.event[0], ": ", orGetErrorString(error));
-  error = orStreamWaitEvent(rawStream(getCurrentStream(device)), event);
-  orEventDestroy(event);  // a queued wait keeps the event's shared state
-  OPENREG_CHECK(error);
+              pid, ": ", orGetErrorString(error));
+  auto destroy = c10::make_scope_exit([&] { orEventDestroy(event); });  // a queued wait keeps it
+  orStream raw = rawStream(getCurrentStream(device));
+  if (!orStreamLastException(raw) && orStreamWaitEvent(raw, event) == orSuccess) return;
+  error = orEventSynchronize(event);
+  TORCH_CHECK(error == orSuccess, "openreg: cannot use the storage shared by process ", pid, ": ",
+              error == orErrorLaunchFailure ? "a kernel failed on its stream before the share"
+                                            : orGetErrorString(error));
 }
 
 void checkNotForked() {
@@ -386,6 +395,9 @@ c10::Storage openSharedStorage(const IpcStorageHandle& handle) {
   std::atomic<int64_t>* slots = receivedSlots(handle.refcounts);
   TORCH_CHECK(slots, "openreg: cannot open the openreg storage shared by process ", pid,
               ": it has exited, or this process may not open its files (/proc/", pid, "/fd)");
+  // Until the storage holds it, a failure gives the slot's reference back.
+  auto giveBack = c10::make_scope_exit(
+      [&] { slots[handle.slot].fetch_sub(1, std::memory_order_acq_rel); });
   waitForSender(handle, static_cast<c10::DeviceIndex>(visible));
   orIpcMemHandle memory;
   memory.pid = static_cast<int32_t>(pid);
@@ -400,6 +412,7 @@ c10::Storage openSharedStorage(const IpcStorageHandle& handle) {
               ": ", orGetErrorString(error));
   const auto device = static_cast<c10::DeviceIndex>(visible);
   auto* imported = new Imported{ptr, &slots[handle.slot], device, {}, {}};
+  giveBack.release();  // the storage's release gives it back
   at::DataPtr data(ptr, imported, &releaseImported, c10::Device(c10::DeviceType::PrivateUse1, device));
   return c10::Storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(handle.nbytes),
                       std::move(data), /*allocator=*/nullptr, /*resizable=*/false);
@@ -408,13 +421,28 @@ c10::Storage openSharedStorage(const IpcStorageHandle& handle) {
 void reuseSharedStorage(const IpcStorageHandle& handle, c10::DeviceIndex device) {
   checkNotForked();
   TORCH_CHECK(handle.slot >= 0 && handle.slot < kSlots, "openreg: a malformed shared-storage handle");
-  // Before the reference goes back: the sender destroys the event then.
+  // The reference goes back after the wait (the sender then destroys the
+  // event), or if it failed.
+  auto giveBack = c10::make_scope_exit([&] {
+    if (std::atomic<int64_t>* slots = receivedSlots(handle.refcounts))
+      slots[handle.slot].fetch_sub(1, std::memory_order_acq_rel);
+  });
   waitForSender(handle, device);
-  if (std::atomic<int64_t>* slots = receivedSlots(handle.refcounts))
-    slots[handle.slot].fetch_sub(1, std::memory_order_acq_rel);
 }
 
 int64_t pendingSharedReleases() { return importReleaser().pending.load(); }
+
+void awaitSharedWrites(std::chrono::milliseconds limit) {
+  if (orIsForkedChild()) return;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  SentSlots& sent = sentSlots();
+  std::lock_guard<std::mutex> lock(sent.mutex);
+  for (const auto& [slot, event] : sent.events)
+    for (auto delay = std::chrono::microseconds(50);
+         orEventQueryNoSync(event) == orErrorNotReady && std::chrono::steady_clock::now() < deadline;
+         delay = std::min(delay * 2, std::chrono::microseconds(5000)))
+      std::this_thread::sleep_for(delay);
+}
 
 bool recordStreamOfShared(const c10::DataPtr& ptr, const c10::Stream& stream) {
   const c10::DataPtr* data = &ptr;

@@ -21,6 +21,7 @@
 #include <c10/core/Stream.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 
 namespace openreg {
@@ -48,6 +49,10 @@ c10::Storage openSharedStorage(const IpcStorageHandle& handle);
 // keeps that storage: its `device`'s current stream waits for the sender's
 // new point all the same, and the slot's reference goes back at once.
 void reuseSharedStorage(const IpcStorageHandle& handle, c10::DeviceIndex device);
+// Waits (at most `limit`) until the sender's streams reached every point
+// its live shares' receivers wait for: a sender exiting before that would
+// fail their streams (openreg/_sharing.py calls it at exit).
+void awaitSharedWrites(std::chrono::milliseconds limit);
 // Received storages dropped whose release still waits for their streams.
 int64_t pendingSharedReleases();
 // Tensor.record_stream on a received storage: its release also waits for

@@ -2,6 +2,7 @@
 IPC shares CUDA tensors (csrc/runtime/OpenRegIPCTypes.h, openreg/_sharing.py)."""
 import os
 import textwrap
+import time
 
 _PRELUDE = f"""
 import sys
@@ -97,6 +98,83 @@ def test_the_receiver_waits_for_the_senders_stream_instead_of_the_sender(python)
             inbox.put(message)
             assert outbox.get(timeout=60) == value * (1 << 16)
     """)
+
+
+_RECEIVE_AFTER_THE_SENDER_EXITS = """
+import os, pickle, sys, time
+import torch, openreg
+sender, out = int(sys.argv[1]), sys.argv[2]
+print("ready", flush=True)
+t = pickle.loads(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())))
+print("got", flush=True)
+def gone():
+    try:
+        with open(f"/proc/{sender}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in "ZX"
+    except FileNotFoundError:
+        return True
+while not gone():
+    time.sleep(0.02)
+try:
+    result = [t.sum().item(), (torch.ones(2, device="openreg") + 1).sum().item()]
+except RuntimeError as e:
+    result = str(e).splitlines()[0]
+with open(out + ".tmp", "w") as f:
+    f.write(repr(result))
+os.rename(out + ".tmp", out)
+"""
+
+
+def test_a_sender_exiting_at_once_lets_its_stream_reach_what_it_shared(python, tmp_path):
+    # The receiver has opened the tensor; the sender exits while its stream
+    # still runs the writes the receiver must wait for. It lets them finish
+    # first, so the receiver's stream is not failed by a lost record.
+    out = tmp_path / "seen"
+    r = python(f"""
+        import os, subprocess, sys
+        import torch, openreg
+        from multiprocessing.reduction import ForkingPickler
+        receiver = subprocess.Popen(
+            [sys.executable, "-c", {_RECEIVE_AFTER_THE_SENDER_EXITS!r}, str(os.getpid()), {str(out)!r}],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert receiver.stdout.readline().strip() == b"ready"
+        t = torch.ones(1 << 16, device="openreg")
+        torch.openreg._sleep(1000)
+        t.fill_(2.0)
+        data = bytes(ForkingPickler.dumps(t))
+        receiver.stdin.write(b"%d\\n" % len(data) + data)
+        receiver.stdin.flush()
+        assert receiver.stdout.readline().strip() == b"got"
+        print(torch.openreg.current_stream().query())
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"  # it exits with the writes still queued
+    deadline = time.monotonic() + 60
+    while not out.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert out.read_text() == repr([2.0 * (1 << 16), 4.0])
+
+
+def test_a_sender_whose_stream_failed_raises_at_pickling(python):
+    r = python(_script("""
+        import time
+        from multiprocessing.reduction import ForkingPickler
+        t = torch.ones(4, device="openreg")
+        torch.openreg._C._raise_in_kernel("boom")
+        while True:  # until the failure is known
+            try:
+                torch.openreg.current_stream().query()
+                time.sleep(0.01)
+            except RuntimeError:
+                break
+        try:
+            ForkingPickler.dumps(t)
+            print("pickled")
+        except RuntimeError as e:
+            print(str(e).splitlines()[0])
+    """))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "openreg kernel failed asynchronously on stream 0 on device openreg:0: boom"
 
 
 def test_past_1000_live_sharing_events_the_sender_synchronises_its_stream(python):
