@@ -139,7 +139,7 @@ def test_a_sender_exiting_at_once_lets_its_stream_reach_what_it_shared(python, t
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert receiver.stdout.readline().strip() == b"ready"
         t = torch.ones(1 << 16, device="openreg")
-        torch.openreg._sleep(1000)
+        torch.openreg._sleep(3000)  # outlasts the receiver's unpickling, even on a loaded machine
         t.fill_(2.0)
         data = bytes(ForkingPickler.dumps(t))
         receiver.stdin.write(b"%d\\n" % len(data) + data)
