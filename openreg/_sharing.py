@@ -51,21 +51,9 @@ def _visible_index(physical: int) -> int:
     return index
 
 
-_exit_wait_registered = False
-
-
 def _share(storage):
     if storage.nbytes() == 0:  # no memory to map: only its device, by physical index
         return ("empty", _C._device_physical_index(storage.device.index))
-    global _exit_wait_registered
-    if not _exit_wait_registered:
-        # A sender that exits before its stream reached what it shared fails
-        # its receivers' streams: at exit, after multiprocessing's queues
-        # flushed (their feeder threads pickle too; they join at priority -5),
-        # wait for that, within reason.
-        _exit_wait_registered = True
-        multiprocessing.util.Finalize(None, _C._ipc_await_shared_writes, args=(10.0,),
-                                      exitpriority=-10)
     over = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
     return _C._ipc_share(over)
 
@@ -143,3 +131,8 @@ def register() -> None:
     for cls in (*torch._tensor_classes, torch.Tensor, torch.nn.parameter.Parameter):
         ForkingPickler.register(cls, _reduce_tensor)
     ForkingPickler.register(torch.UntypedStorage, _reduce_storage)
+    # A sender that exits before its stream reached what it shared fails its
+    # receivers' streams: at exit, after multiprocessing's queues flushed
+    # (their feeder threads pickle too; they join at priority -5), it waits
+    # for that, within reason (nothing to wait for if it shared nothing).
+    multiprocessing.util.Finalize(None, _C._ipc_await_shared_writes, args=(10.0,), exitpriority=-10)

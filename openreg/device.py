@@ -86,8 +86,6 @@ def current_device() -> int:
 
 
 def set_device(device: _DeviceLike) -> None:
-    if isinstance(device, _DeviceContext):
-        device = device.idx
     if isinstance(device, int) and device < 0:
         return  # a no-op, as torch.cuda.set_device
     _lazy_init()

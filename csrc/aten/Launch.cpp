@@ -57,8 +57,12 @@ at::Tensor kernelView(const at::Tensor& t) {
   // longer the tensor's, or none (CUDA: an illegal memory access). Refused at
   // the launch instead.
   if (t.numel() > 0) {
+    // Contiguous (most kernel arguments): two cached fields, no walk over the dims.
     const size_t needed =
-        at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize(), t.storage_offset());
+        t.is_contiguous()
+            ? static_cast<size_t>(t.storage_offset() + t.numel()) * t.itemsize()
+            : at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.itemsize(),
+                                               t.storage_offset());
     TORCH_CHECK(needed <= storage.nbytes(), "openreg: a tensor (sizes ", t.sizes(), ", strides ",
                 t.strides(), ", storage offset ", t.storage_offset(), ") spans ", needed,
                 " bytes of its storage, which holds only ", storage.nbytes(),

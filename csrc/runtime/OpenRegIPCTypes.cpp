@@ -258,10 +258,11 @@ void releaseImported(void* context) {
 orEvent markWrittenForReceiver(const c10::Stream& stream, bool eventAllowed) {
   // A failed stream raises here, as the synchronisation did (a record on it
   // would only fail the receiver's stream).
-  if (orStreamLastException(rawStream(stream))) synchronizeStream(stream);
+  orStream raw = rawStream(stream);
+  if (orStreamLastException(raw)) synchronizeStream(stream);
   orEvent event = nullptr;
   if (eventAllowed && orEventCreateInterprocess(&event) == orSuccess) {
-    if (orEventRecord(event, rawStream(stream)) == orSuccess) return event;
+    if (orEventRecord(event, raw) == orSuccess) return event;
     orEventDestroy(event);  // a capturing stream: its synchronize says why
   }
   synchronizeStream(stream);
