@@ -304,6 +304,10 @@ def test_forked_child_does_not_hang_on_locks_parent_threads_held(python, action)
             while not stop:
                 del_me = torch.ones(1000, device="openreg") * 2
                 del_me = torch.ones(10).pin_memory()
+        # Once, before the thread starts: torch's one-time initialisations (the
+        # CPU capability a kernel stub reads, a function-local static) hang a
+        # child forked while another thread runs them, whatever the device.
+        churn_once = (torch.ones(1000, device="openreg") * 2).cpu(), torch.ones(10).pin_memory()
         t = threading.Thread(target=churn)
         t.start()
         held = [torch.ones(10, device="openreg") for _ in range(40)]
