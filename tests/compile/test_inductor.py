@@ -42,7 +42,7 @@ def test_kernel_is_queued_on_the_current_stream():
     torch.openreg.synchronize()
     side = torch.openreg.Stream(DEV)
     with torch.openreg.stream(side):
-        torch.openreg._sleep(300)
+        torch.openreg._sleep(1000)
         out = f(x)
         # The host returned while the kernel waits behind the sleep on `side`.
         assert not side.query()

@@ -89,6 +89,7 @@ def train_compiled(rank, n):
     torch.testing.assert_close(losses, reference_losses(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.timeout(450)  # above spawn's own 400 s limit (conftest's default is 240 s)
 def test_compiled_ddp_matches_full_batch(tmp_path):
     # Inductor's kernels on openreg streams, gradients reduced by oreg_ccl.
     spawn(train_compiled, 2, tmp_path, timeout=400,

@@ -254,8 +254,11 @@ def timeouts(rank, n):
         start = time.monotonic()
         expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g), "Timed out")
         assert 1.5 < time.monotonic() - start < 10
+        dist.distributed_c10d._get_default_store().set("rank 0 timed out", "")
     else:
-        time.sleep(3)  # never joins that collective; learns about the failure
+        # Never joins that collective (a sleep could end before rank 0's
+        # timeout on a busy runner); learns about the failure.
+        dist.distributed_c10d._get_default_store().wait(["rank 0 timed out"])
         expect_dist_error(lambda: dist.all_reduce(torch.ones(3), group=g), "Timed out")
     # A per-call timeout (barrier's option) is honoured as well.
     g2 = dist.new_group(list(range(n)))

@@ -182,11 +182,15 @@ def test_barrier_and_any_source_receive_are_refused_in_a_capture(tmp_path):
 def replay_without_peer(rank, n, tmp):
     dev = _device(rank)
     x = torch.ones(8, device=dev)
+    # The short timeout on a group made once the ranks are in step: as the
+    # default group's, it would also bound how far apart the two spawned ranks
+    # reach init_process_group (over 2 s on a busy runner).
+    group = dist.new_group(list(range(n)), timeout=datetime.timedelta(seconds=2))
     s = _side_stream(dev)
     g = torch.openreg.Graph()
     with torch.openreg.stream(s):
         with torch.openreg.graph(g, stream=s):
-            dist.all_reduce(x)
+            dist.all_reduce(x, group=group)
     if rank == 0:
         start = time.monotonic()
         g.replay()  # the host does not wait for the peer
@@ -197,7 +201,7 @@ def replay_without_peer(rank, n, tmp):
         assert elapsed < 2 + 8, elapsed  # the group's 2 s timeout, plus a margin
         # The group failed: its next call raises at once.
         with pytest.raises(dist.DistBackendError, match="already failed"):
-            dist.all_reduce(torch.ones(1))
+            dist.all_reduce(torch.ones(1), group=group)
         open(f"{tmp}/rank0.done", "w").close()
     else:
         # Never replays; stays until rank 0 has seen its error.
@@ -211,7 +215,7 @@ def replay_without_peer(rank, n, tmp):
 
 
 def test_a_replayed_collective_whose_peer_never_replays_fails_the_stream_after_the_timeout(tmp_path):
-    spawn(replay_without_peer, 2, tmp_path, str(tmp_path), pg_timeout=2)
+    spawn(replay_without_peer, 2, tmp_path, str(tmp_path))
 
 
 def destroyed_group(rank, n):

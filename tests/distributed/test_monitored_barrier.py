@@ -16,19 +16,20 @@ def monitored(rank, n):
     pg.monitored_barrier(datetime.timedelta(seconds=10))
     pg.monitored_barrier(datetime.timedelta(seconds=10), wait_all_ranks=True)
 
-    # Rank n-1 never arrives: rank 0 names it, the others learn that rank 0 failed.
+    # Rank n-1 never arrives: rank 0 names it, the others learn that rank 0
+    # failed. (5 s: the others must arrive within it, on a busy runner too.)
     g = dist.new_group(list(range(n)))
     if rank == 0:
         start = time.monotonic()
         try:
-            g.monitored_barrier(datetime.timedelta(seconds=1))
+            g.monitored_barrier(datetime.timedelta(seconds=5))
             raise AssertionError("monitored_barrier passed without rank n-1")
         except RuntimeError as e:
-            assert f"Rank {n - 1} failed to pass monitoredBarrier in 1000 ms" in str(e), str(e)
-        assert time.monotonic() - start < 8
+            assert f"Rank {n - 1} failed to pass monitoredBarrier in 5000 ms" in str(e), str(e)
+        assert time.monotonic() - start < 15
     elif rank != n - 1:
         try:
-            g.monitored_barrier(datetime.timedelta(seconds=1))
+            g.monitored_barrier(datetime.timedelta(seconds=5))
             raise AssertionError("monitored_barrier passed although rank 0 failed")
         except RuntimeError as e:
             assert f"Rank {rank} successfully reached monitoredBarrier" in str(e), str(e)

@@ -27,13 +27,13 @@ def stream_order(rank, n):
     # The collective is ordered after work queued on the current stream, and
     # issuing it does not block the host.
     t = torch.zeros(1000, device=dev)
-    torch.openreg._sleep(300)
+    torch.openreg._sleep(1000)
     t.fill_(rank + 1.0)
     start = time.monotonic()
     work = dist.all_reduce(t, async_op=True)
     work.wait()  # makes the stream wait; the host goes on
     issued = time.monotonic() - start
-    assert issued < 0.25, f"issuing and waiting blocked the host for {issued:.3f}s"
+    assert issued < 0.5, f"issuing and waiting blocked the host for {issued:.3f}s"
     u = t * 2  # queued after the collective on the same stream
     expect = sum(range(1, n + 1))
     assert torch.equal(u.cpu(), torch.full((1000,), 2.0 * expect))
@@ -42,15 +42,18 @@ def stream_order(rank, n):
     assert torch.equal(fut.wait()[0].cpu(), torch.full((1000,), float(expect)))
 
     # wait() returns before the peer even joined; the stream, not the host, waits.
+    store = dist.distributed_c10d._get_default_store()
     t = torch.ones(10, device=dev)
     if rank == 1:
-        time.sleep(0.5)
+        store.wait(["rank 0 checked"])  # joins only once rank 0 saw its work pending
     start = time.monotonic()
     work = dist.all_reduce(t, async_op=True)
     work.wait()
     if rank == 0:
-        assert time.monotonic() - start < 0.3
+        # (Were the host to wait here, it would wait for good: rank 1 waits for it.)
+        assert time.monotonic() - start < 5
         assert not work.is_completed()
+        store.set("rank 0 checked", "")
     assert torch.equal((t + 0).cpu(), torch.full((10,), float(n)))
 
     # Futures chain; CPU work blocks in wait() and completes there.
@@ -68,13 +71,15 @@ def stream_order(rank, n):
         w.wait()
     for i, x in enumerate(ts):
         assert torch.equal(x.cpu(), torch.full((100,), float(n * i + sum(range(n)))))
-    # barrier blocks the host until everyone arrived.
+    # barrier blocks the host until everyone arrived. (CLOCK_MONOTONIC is one
+    # clock for all processes of the machine.)
     if rank == 0:
         time.sleep(0.3)
-    start = time.monotonic()
+        store.set("rank 0 arrives", repr(time.monotonic()))
     dist.barrier()
+    returned = time.monotonic()
     if rank == 1:
-        assert time.monotonic() - start > 0.2
+        assert returned >= float(store.get("rank 0 arrives"))
 
 
 def test_stream_ordering_async_and_futures(tmp_path):

@@ -125,7 +125,7 @@ def test_kernels_run_on_the_current_device_and_stream():
     s = torch.openreg.Stream(device="openreg:2")
     s.wait_stream(torch.openreg.current_stream(2))  # `a` is written on the default stream
     with torch.openreg.stream(s):
-        torch.openreg._sleep(150)
+        torch.openreg._sleep(1000)
         b = a * 3
         assert b.device == torch.device("openreg:2")
         assert not s.query()

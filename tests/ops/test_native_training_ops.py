@@ -171,7 +171,7 @@ def test_foreach_is_one_launch():
     the list's tensors is written, and the whole list is done together."""
     a = [torch.ones(s, device=DEV) for s in SHAPES]
     s = torch.openreg.current_stream()
-    torch.openreg._sleep(300)
+    torch.openreg._sleep(1000)
     torch._foreach_mul_(a, 3.0)
     torch._foreach_add_(a, 1.0)
     assert not s.query()
@@ -255,7 +255,7 @@ def test_sdpa_takes_the_cpu_flash_kernel_asynchronously():
             return func(*args, **(kwargs or {}))
     q = torch.randn(2, 4, 32, 16, device=DEV, requires_grad=True)
     s = torch.openreg.current_stream()
-    torch.openreg._sleep(300)
+    torch.openreg._sleep(1000)
     with Ops() as mode:
         y = F.scaled_dot_product_attention(q, q, q, is_causal=True)
         y.sum().backward()
@@ -274,7 +274,7 @@ def test_sdpa_takes_the_cpu_flash_kernel_asynchronously():
 def test_native_kernels_are_asynchronous(fn):
     x = torch.randn(3, 4, device=DEV)
     s = torch.openreg.current_stream()
-    torch.openreg._sleep(200)
+    torch.openreg._sleep(1000)
     result = fn(x)
     assert not s.query()
     s.synchronize()
@@ -288,7 +288,7 @@ def test_fused_adamw_is_asynchronous_and_checks_on_the_host():
     opt = torch.optim.AdamW(ps, lr=0.01, fused=True)
     opt.step()
     s = torch.openreg.current_stream()
-    torch.openreg._sleep(200)
+    torch.openreg._sleep(1000)
     opt.step()  # queued behind the sleeping kernel: the host does not wait
     assert not s.query()
     s.synchronize()

@@ -10,7 +10,7 @@ def wait_then_record(inbox, outbox):
     x, event = inbox.get(timeout=60)
     outbox.put(("opened", str(event.device)))
     assert inbox.get(timeout=60) == "recorded"
-    before = event.query()  # the sender's 500 ms kernel is still running
+    before = event.query()  # the sender's 3 s kernel is still running
     torch.openreg.current_stream().wait_event(event)
     total = x.sum().item()
     outbox.put({"query before": before, "sum": total})

@@ -51,7 +51,7 @@ def test_replay_is_queued_on_the_current_stream():
     torch.openreg.synchronize()
     other = torch.openreg.Stream(DEV)
     with torch.openreg.stream(other):
-        torch.openreg._sleep(300)
+        torch.openreg._sleep(1000)
         x.fill_(5.0)
         g.replay()  # behind the sleep on `other`
         assert not other.query()

@@ -33,7 +33,7 @@ def test_an_interprocess_event_works_as_an_event_in_its_own_process(python):
         side = torch.openreg.Stream()
         x = torch.zeros(1 << 16, device="openreg")
         with torch.openreg.stream(side):
-            torch.openreg._sleep(300)
+            torch.openreg._sleep(1000)
             x.fill_(2.0)
             event.record()
         assert not event.query()
@@ -43,7 +43,7 @@ def test_an_interprocess_event_works_as_an_event_in_its_own_process(python):
         # Opened in the same process: the same event.
         opened = torch.openreg.Event.from_ipc_handle(0, event.ipc_handle())
         with torch.openreg.stream(side):
-            torch.openreg._sleep(300)
+            torch.openreg._sleep(1000)
             event.record()
         assert not opened.query()
         opened.synchronize()
@@ -98,7 +98,9 @@ def test_a_record_in_one_process_orders_a_stream_of_another(python):
         event = torch.openreg.Event(interprocess=True)
         inbox.put((x, event))  # the event travels as its handle
         assert outbox.get(timeout=60) == ("opened", "openreg:0")
-        torch.openreg._sleep(500)
+        # Long enough that the child sees the record pending after the queue's
+        # feeder thread, a pipe and a wake-up on a busy runner.
+        torch.openreg._sleep(3000)
         x.fill_(7.0)
         event.record()
         inbox.put("recorded")

@@ -223,7 +223,7 @@ def test_record_stream_delays_reuse():
     ptr = x.data_ptr()
     torch.openreg.synchronize()
     with torch.openreg.stream(side):
-        torch.openreg._sleep(200)
+        torch.openreg._sleep(1000)
         y = x * 2          # reads x on the side stream
     x.record_stream(side)
     del x
@@ -242,7 +242,7 @@ def test_record_stream_of_another_device_delays_reuse():
     torch.openreg.synchronize(0)
     other = torch.openreg.Stream(device=1)
     with torch.openreg.stream(other):
-        torch.openreg._sleep(300)
+        torch.openreg._sleep(1000)
         y = x.to("openreg:1")
     x.record_stream(other)
     del x
