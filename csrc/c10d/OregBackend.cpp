@@ -68,7 +68,7 @@ std::string attemptPrefix(const c10::intrusive_ptr<c10d::Store>& store, int rank
     auto v = store->get(base + k);
     return std::string(v.begin(), v.end());
   };
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadlineAfter(timeout);
   auto pause = [&, delay = std::chrono::microseconds(100)](const char* what) mutable {
     if (std::chrono::steady_clock::now() > deadline)
       OREG_CCL_THROW("oreg_ccl: rank ", rank, " timed out after ", timeout.count(),
@@ -138,6 +138,9 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
   // ValueError for a malformed one, instead of some reporting a peer's failure.
   config();
   const auto timeout = options_->timeout;
+  // gloo's check: a negative timeout reached the rendezvous as "timed out after -5000 ms".
+  TORCH_CHECK_VALUE(timeout.count() >= 0, "oreg_ccl: invalid timeout ", timeout.count(),
+                    " ms: it must not be negative");
   storePrefix_ = attemptPrefix(store, rank, size, timeout);
   store_ = store;
   const std::string& prefix = storePrefix_;
@@ -150,7 +153,7 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
         store->set(prefix + k, std::vector<uint8_t>(v.begin(), v.end()));
       },
       [store, prefix, failedKey, timeout, rank](const std::string& k) {
-        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        const auto deadline = deadlineAfter(timeout);
         auto delay = std::chrono::microseconds(50);
         while (!store->check({prefix + k})) {
           if (store->check({failedKey})) {
@@ -332,6 +335,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   std::unique_lock<std::mutex> issuing(issueMutex_, std::defer_lock);
   if (device >= 0) issuing.lock();
   Op op;
+  op.group = c10::intrusive_ptr<OregBackend>::reclaim_copy(this);  // the caller holds one
   // A single collective's future is a device future (FutureStreams.h); a
   // send's or receive's may complete out of issue order, so it is the worker's.
   auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost,
@@ -588,7 +592,7 @@ void OregBackend::runOp(Op& op) {
     op.kept = op.work->complete(broken_);
     return;
   }
-  Collective c{*transport_, op.tag, op.what, Clock::now() + op.timeout,
+  Collective c{*transport_, op.tag, op.what, deadlineAfter(op.timeout),
                topology_.multiHost() ? &topology_ : nullptr};
   try {
     while (op.ready && !op.ready->load(std::memory_order_acquire)) {
@@ -858,7 +862,9 @@ void OregBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAl
 // ---- coalescing, split, lifecycle ----------------------------------------------
 
 void OregBackend::startCoalescing() {
-  TORCH_CHECK(!coalescing_, "oreg_ccl: startCoalescing called twice without endCoalescing");
+  // Already coalescing: an error raised inside the last block skipped its
+  // endCoalescing (c10d's coalescing manager is not exception-safe). Its parts
+  // were issued; start afresh, as NCCL does, rather than refuse every later block.
   coalescing_ = true;
   coalescedDevice_ = -1;
   coalesced_.clear();
@@ -884,6 +890,15 @@ c10::intrusive_ptr<c10d::Work> OregBackend::endCoalescing() {
 c10::intrusive_ptr<c10d::Backend> OregBackend::split(
     const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
     const c10::intrusive_ptr<c10d::Backend::Options>& opts) {
+  // Refused here: a rank no process has would only show as a rendezvous
+  // timeout, long after.
+  std::vector<bool> listed(getSize(), false);
+  for (int r : ranks) {
+    TORCH_CHECK_VALUE(r >= 0 && r < getSize(), "oreg_ccl: split: rank ", r,
+                      " is not in the parent group (ranks 0-", getSize() - 1, ")");
+    TORCH_CHECK_VALUE(!listed[r], "oreg_ccl: split: rank ", r, " is listed twice");
+    listed[r] = true;
+  }
   auto it = std::find(ranks.begin(), ranks.end(), getRank());
   if (it == ranks.end()) return nullptr;  // this rank is in none of the new groups
   // c10d's splitGroup calls split() once per device type the parent serves
@@ -915,13 +930,22 @@ c10::intrusive_ptr<c10d::Backend> OregBackend::split(
 }
 
 void OregBackend::shutdown() {
+  // From a future callback on this group's own runner thread (its worker, or a
+  // caller running an operation inline), e.g. destroy_process_group in a
+  // then(): that thread can neither wait for the running operation (its own)
+  // nor join itself. The group stops here; the join comes with the next
+  // shutdown(), at the latest in the destructor, which runs on the releaser
+  // thread (Op::group).
+  const bool onRunner = t_workerOf == this;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (shutDown_) return;
+    if (shutDown_ && (joined_ || onRunner)) return;
+    const bool first = !shutDown_;
     shutDown_ = true;
     // Let issued operations finish, but never wait unboundedly for peers.
     auto grace = std::min<std::chrono::milliseconds>(options_->timeout, std::chrono::seconds(10));
-    cv_.wait_for(lock, grace, [&] { return queue_.empty() && !running_; });
+    if (first && !onRunner)
+      cv_.wait_for(lock, grace, [&] { return queue_.empty() && !running_; });
   }
   transport_->cancel("oreg_ccl: rank " + std::to_string(getRank()) +
                          ": the process group was shut down",
@@ -932,6 +956,7 @@ void OregBackend::shutdown() {
   }
   cv_.notify_all();
   transport_->wakeup();
+  if (onRunner) return;
   if (worker_.joinable()) worker_.join();
   transport_->shutdown();
   // Anything still queued never started.
@@ -940,8 +965,10 @@ void OregBackend::shutdown() {
   {
     std::lock_guard<std::mutex> g(mutex_);
     left.swap(queue_);
+    joined_ = true;
   }
   for (auto& op : left) op.work->complete(error);  // on the caller's thread
+  releaseLater(std::move(left));  // they hold this group (Op::group)
 }
 
 bool OregBackend::isShutDown() {

@@ -133,6 +133,14 @@ void allreduceSparse(Collective& c, const at::Tensor& t) {
   t.copy_(sum);
 }
 
+// Whether `t` shares memory with any of `list` other than list[except].
+bool overlapsAnyBut(const at::Tensor& t, const std::vector<at::Tensor>& list, int except) {
+  for (size_t i = 0; i < list.size(); ++i)
+    if (int(i) != except && at::get_overlap_status(t, list[i]) != at::MemOverlapStatus::No)
+      return true;
+  return false;
+}
+
 // `part` may alias `whole` only as NCCL's in-place form: exactly block `rank`
 // of it (all-gather's input, reduce-scatter's output). Any other overlap is
 // undefined for NCCL, and here a peer reading straight from this rank's
@@ -177,6 +185,13 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allreduce(std::vector<at::Tensor>& t
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  // c10d's coalescing manager calls this inside its block (see send()).
+  return raiseAtWaitWhileCoalescing(c10d::OpType::ALLREDUCE_COALESCED,
+                                    [&] { return allreduceCoalescedImpl(tensors, opts); });
+}
+
+c10::intrusive_ptr<c10d::Work> OregBackend::allreduceCoalescedImpl(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   TORCH_CHECK_VALUE(!tensors.empty(), "oreg_ccl: allreduce_coalesced needs at least one tensor");
   checkSameDevice(tensors[0], tensors, "allreduce_coalesced");
@@ -281,9 +296,11 @@ c10::intrusive_ptr<c10d::Work> OregBackend::_allgather_base(at::Tensor& output, 
 c10::intrusive_ptr<c10d::Work> OregBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(),
-                    "oreg_ccl: allgather_into_tensor_coalesced needs matching, non-empty lists");
-  return allgatherImpl(outputs, inputs, callOf(opts), "allgather_into_tensor_coalesced");
+  return raiseAtWaitWhileCoalescing(c10d::OpType::COALESCED, [&] {
+    TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(),
+                      "oreg_ccl: allgather_into_tensor_coalesced needs matching, non-empty lists");
+    return allgatherImpl(outputs, inputs, callOf(opts), "allgather_into_tensor_coalesced");
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -320,9 +337,12 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherUneven(const std::vector<at
   TORCH_CHECK_VALUE(outs[me].numel() == in.numel(), "oreg_ccl: allgather: output ", me, " has ",
                     outs[me].numel(), " elements, this rank's input ", in.numel());
   checkWritable(outs, "allgather");
-  return enqueue(c10d::OpType::ALLGATHER, "allgather", describeSizes(in.scalar_type(), outs), {in},
-                 outs, call,
-                 [outs = forWorker(outs), in = forWorker(in)](Collective& c) {
+  // The input inside another rank's output: that block arrives before this
+  // rank's turn to send. A copy, queued on the caller's stream, is sent instead.
+  const at::Tensor source = overlapsAnyBut(in, outs, me) ? in.clone() : in;
+  return enqueue(c10d::OpType::ALLGATHER, "allgather", describeSizes(in.scalar_type(), outs),
+                 {source}, outs, call,
+                 [outs = forWorker(outs), in = forWorker(source)](Collective& c) {
                    for (int p = 0; p < c.size(); ++p) {
                      const bool mine = p == c.rank();
                      Staged s = stage(mine ? in : outs[p], in.scalar_type(), /*load=*/mine);
@@ -413,13 +433,17 @@ c10::intrusive_ptr<c10d::Work> OregBackend::scatter(std::vector<at::Tensor>& out
     TORCH_CHECK_VALUE(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
                       "oreg_ccl: scatter: only the root passes input tensors");
   }
+  // The root's output is also another rank's input block (scatter(t, [x, t])):
+  // its own block goes to a private buffer first, as the peers may still be
+  // reading theirs out of the root's memory when it lands.
+  const bool outIsAnInput = overlapsAnyBut(out, ins, root);
   return enqueue(c10d::OpType::SCATTER, "scatter", describe(out) + " root " + std::to_string(root),
                  ins, {out}, callOf(opts),
-                 [out = forWorker(out), ins = forWorker(ins), root](Collective& c) {
+                 [out = forWorker(out), ins = forWorker(ins), root, outIsAnInput](Collective& c) {
                    at::Tensor flat;
                    std::vector<char*> blocks;
                    if (c.rank() == root) blocks = rootBlocks(ins, out.scalar_type(), true, flat);
-                   Staged s = stage(out, out.scalar_type(), false);
+                   Staged s = stage(out, out.scalar_type(), false, /*forceCopy=*/outIsAnInput);
                    ccl::scatter(c, {blocks.begin(), blocks.end()}, s.buf.data_ptr(),
                                 bytesOf(s.buf), root);
                    unstage(s);
@@ -474,9 +498,11 @@ c10::intrusive_ptr<c10d::Work> OregBackend::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> OregBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(),
-                    "oreg_ccl: reduce_scatter_tensor_coalesced needs matching, non-empty lists");
-  return reduceScatterImpl(outputs, inputs, opts, "reduce_scatter_tensor_coalesced");
+  return raiseAtWaitWhileCoalescing(c10d::OpType::COALESCED, [&] {
+    TORCH_CHECK_VALUE(!inputs.empty() && outputs.size() == inputs.size(),
+                      "oreg_ccl: reduce_scatter_tensor_coalesced needs matching, non-empty lists");
+    return reduceScatterImpl(outputs, inputs, opts, "reduce_scatter_tensor_coalesced");
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::reduce_scatter(

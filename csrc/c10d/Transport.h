@@ -36,6 +36,14 @@ namespace openreg::ccl {
 
 using Clock = std::chrono::steady_clock;
 
+// now + timeout, saturated: a timeout of centuries (timedelta.max) must not
+// wrap around into the past and time out at once.
+inline Clock::time_point deadlineAfter(std::chrono::milliseconds timeout) {
+  const auto now = Clock::now();
+  const auto room = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+  return timeout >= room ? Clock::time_point::max() : now + timeout;
+}
+
 constexpr int kAnySource = -1;
 
 // Offsets handed to a Sink are multiples of this, so pieces never split an

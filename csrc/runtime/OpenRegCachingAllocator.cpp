@@ -884,7 +884,9 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
     std::memcpy(orKernelPtr(dest), orKernelPtr(src), count);
   }
 
-  bool initialized() override { return true; }
+  // As CUDA's: torch.accelerator's memory queries answer {} / 0 without
+  // initialising the device (a later fork's child could not use it).
+  bool initialized() override { return orIsInitialized() && !orIsForkedChild(); }
 
   void emptyCache(c10::MempoolId_t) override {
     if (orIsForkedChild()) return;  // nothing of the child's to free (see cache())

@@ -63,7 +63,10 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     seed_ = seed;
     offset_ = 0;
   }
-  void set_offset(uint64_t offset) override { offset_ = offset; }
+  void set_offset(uint64_t offset) override {
+    checkOffset(offset);
+    offset_ = offset;
+  }
   uint64_t get_offset() const override { return offset_; }
   uint64_t current_seed() const override { return seed_; }
   uint64_t seed() override {
@@ -78,6 +81,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
                 " bytes (seed and offset), got ", state.numel(), " elements of ", state.dtype());
     uint64_t words[2];
     std::memcpy(words, state.data(), kStateBytes);
+    checkOffset(words[1]);
     seed_ = words[0];
     offset_ = words[1];
   }
@@ -109,6 +113,10 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
 
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;
+  // CUDA's Philox check (set_philox_offset_per_thread): kernels move it by 4.
+  static void checkOffset(uint64_t offset) {
+    TORCH_CHECK(offset % 4 == 0, "offset must be a multiple of 4");
+  }
 };
 
 std::array<std::once_flag, orMaxDevices> g_once;

@@ -458,3 +458,114 @@ def kernel_failed_before_collective(rank, n, tmp):
 
 def test_kernel_failure_before_a_collective_fails_the_group(tmp_path):
     spawn(kernel_failed_before_collective, 2, tmp_path, str(tmp_path), pg_timeout=60)
+
+
+def aliased_tensors(rank, n):
+    # A tensor that is both an output of this rank and an input of the call
+    # for another rank: the result is as if the inputs were read at the call.
+    dev = torch.device("openreg", rank)
+    for device, numel in (("cpu", 1 << 10), ("cpu", 1 << 16), ("cpu", 1 << 20), (dev, 1 << 20)):
+        # scatter(t, [x, t]) on root 0: rank 1 gets t as it was at the call
+        # (from 256 KiB the peer reads its block straight from the root's memory).
+        t = torch.full((numel,), 10.0 + rank, device=device)
+        x = torch.full((numel,), 1.0, device=device)
+        dist.scatter(t, scatter_list=[x, t] if rank == 0 else None, src=0)
+        assert t.unique().tolist() == [1.0 if rank == 0 else 10.0], (device, numel, t.unique())
+    # Uneven all_gather whose input lies in another rank's output.
+    big = torch.zeros(8)
+    outs = [big[0:3], big[3:8]]
+    inp = torch.full((3,), 1.0) if rank == 0 else big[0:5].fill_(2.0)
+    dist.all_gather(outs, inp)
+    assert [o.tolist() for o in outs] == [[1.0] * 3, [2.0] * 5], outs
+
+
+def test_outputs_that_are_inputs_of_another_rank(tmp_path):
+    spawn(aliased_tensors, 2, tmp_path)
+
+
+def abandoned_coalescing_block(rank, n):
+    # An error inside c10d's coalescing manager: raised when the block ends
+    # (c10d's manager is not exception-safe, see send()); the group stays
+    # usable, and a block abandoned by an exception does not spoil the next.
+    dev = torch.device("openreg", rank)
+    torch.openreg.set_device(dev)
+    with pytest.raises(RuntimeError, match=r"oreg_ccl: \w+: unsupported operation"):
+        with dist._coalescing_manager(device=dev):
+            dist.all_reduce(torch.ones(1, device=dev).expand(4))  # internal overlap: refused
+    t = torch.ones(3, device=dev)
+    dist.all_reduce(t)
+    assert t.cpu().tolist() == [float(n)] * 3
+    # A block left by an exception never ends in the backend. (c10d's own state
+    # then queues a plain collective into the block until the next block: only
+    # a block follows here.)
+    with pytest.raises(ValueError, match="abandoned"):
+        with dist._coalescing_manager(device=dev):
+            raise ValueError("abandoned")
+    a, b = torch.ones(2, device=dev), torch.full((2,), 2.0, device=dev)
+    with dist._coalescing_manager(device=dev):
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+    assert a.cpu().tolist() == [float(n)] * 2 and b.cpu().tolist() == [2.0 * n] * 2
+
+
+def test_error_inside_a_coalescing_block(tmp_path):
+    spawn(abandoned_coalescing_block, 2, tmp_path)
+
+
+def destroyed_from_its_own_callback(rank, n):
+    # destroy_process_group(g) in a then() of g's own collective: that runs on
+    # g's worker (or on the caller running it inline), which can neither wait
+    # for nor join itself. It returns at once, and the process exits cleanly.
+    for device in ("cpu", torch.device("openreg", rank)):
+        g = dist.new_group(list(range(n)))
+        work = dist.all_reduce(torch.ones(2, device=device), group=g, async_op=True)
+        took = []
+
+        def destroy(fut):
+            start = time.monotonic()
+            dist.destroy_process_group(g)
+            took.append(time.monotonic() - start)
+
+        work.get_future().then(destroy).wait()
+        assert took and took[0] < 5, took
+        del work, g
+    t = torch.ones(2)
+    dist.all_reduce(t)  # the default group lives on
+    assert t.tolist() == [float(n)] * 2
+
+
+def test_group_destroyed_from_a_callback_of_its_own_collective(tmp_path):
+    spawn(destroyed_from_its_own_callback, 2, tmp_path)
+
+
+def bad_split_ranks(rank, n):
+    for ranks, why in (([0, 5], "rank 5 is not in the parent group"),
+                       ([-1, 0], "rank -1 is not in the parent group")):
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=why):
+            dist.split_group(split_ranks=[ranks], timeout=datetime.timedelta(seconds=20))
+        assert time.monotonic() - start < 5
+    sub = dist.split_group(split_ranks=[list(range(n))])
+    t = torch.ones(2, device=torch.device("openreg", rank))
+    dist.all_reduce(t, group=sub)
+    assert t.cpu().tolist() == [float(n)] * 2
+
+
+def test_split_group_with_ranks_outside_the_parent(tmp_path):
+    spawn(bad_split_ranks, 2, tmp_path, init={"device_id": True})
+
+
+def timeout_bounds(rank, n, tmp):
+    with pytest.raises(ValueError, match="oreg_ccl: invalid timeout -5000 ms"):
+        dist.init_process_group("oreg_ccl", init_method=f"file://{tmp}/store0", rank=rank,
+                                world_size=n, timeout=datetime.timedelta(seconds=-5))
+    # A timeout of a thousand years: no deadline wraps around into the past.
+    dist.init_process_group("oreg_ccl", init_method=f"file://{tmp}/store1", rank=rank,
+                            world_size=n, timeout=datetime.timedelta(days=365 * 1000))
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t.tolist() == [float(n)] * 2
+
+
+def test_negative_and_huge_group_timeouts(tmp_path):
+    spawn(timeout_bounds, 2, tmp_path, str(tmp_path), init=False)

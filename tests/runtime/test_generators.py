@@ -106,6 +106,19 @@ def test_state_layout_and_offset():
     assert torch.openreg.get_rng_state()[8:].view(torch.int64).item() > 0
     with pytest.raises(RuntimeError, match="16 bytes"):
         torch.openreg.set_rng_state(torch.zeros(5, dtype=torch.uint8))
+    # Offsets move by 4 per kernel; others are refused, as CUDA's Philox offsets,
+    # and a refused state changes nothing.
+    g = torch.Generator(device="openreg")
+    g.manual_seed(5)
+    g.set_offset(8)
+    with pytest.raises(RuntimeError, match="offset must be a multiple of 4"):
+        g.set_offset(5)
+    bad = g.get_state().clone()
+    bad[:8].view(torch.int64).fill_(99)
+    bad[8:].view(torch.int64).fill_(7)
+    with pytest.raises(RuntimeError, match="offset must be a multiple of 4"):
+        g.set_state(bad)
+    assert (g.initial_seed(), g.get_offset()) == (5, 8)
 
 
 def test_generator_set_state_checks_like_cuda():
@@ -286,7 +299,7 @@ def test_states_with_seed_and_offset_swapped_draw_differently():
     # The stream a state names mixes seed and offset asymmetrically.
     g = torch.Generator("openreg")
     draws = []
-    for seed, offset in [(8, 4), (4, 8), (0x5851F42D4C957F29, 0x5851F42D4C957F2D), (0, 4)]:
+    for seed, offset in [(8, 4), (4, 8), (0x5851F42D4C957F29, 0x5851F42D4C957F2C), (0, 4)]:
         g.set_state(torch.tensor([seed, offset], dtype=torch.int64).view(torch.uint8))
         draws.append(torch.rand(8, device="openreg", generator=g).cpu())
     assert all(not torch.equal(a, b) for i, a in enumerate(draws) for b in draws[i + 1:])

@@ -96,6 +96,35 @@ def test_lazy_clone_copies_on_write():
     assert y.tolist() == [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]
 
 
+@pytest.mark.parametrize("write", [
+    lambda a: a.fill_(3), lambda a: a.copy_(torch.ones(4)), lambda a: a.__setitem__(1, 5),
+    lambda a: a.uniform_(), lambda a: a.index_fill_(0, torch.tensor([1], device=a.device), 2.0),
+    lambda a: torch.cumsum(torch.ones(4, device=a.device), 0, out=a),
+], ids=["fill_", "copy_", "setitem", "uniform_", "index_fill_", "cumsum_out"])
+@pytest.mark.parametrize("device", ["openreg:0", "openreg:1"])
+def test_every_kernel_writes_its_own_copy_of_a_lazy_clone(write, device):
+    # Not only TensorIterator's ops (which ask for a mutable pointer): every
+    # launch gives a copy-on-write tensor memory of its own first, on its device.
+    a = torch.zeros(4, device=device)
+    clone = torch._lazy_clone(a)
+    write(a)
+    assert clone.tolist() == [0.0] * 4
+    assert not torch._C._is_cow_tensor(a) and a.untyped_storage().device == torch.device(device)
+    assert a.untyped_storage().data_ptr() != clone.untyped_storage().data_ptr()
+
+
+def test_deterministic_mode_fills_uninitialized_memory():
+    # As CUDA's empty: NaN for floating types, the largest value for integers.
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert torch.empty(3, device="openreg").isnan().all().item()
+        assert torch.empty_strided((2, 2), (1, 2), device="openreg").isnan().all().item()
+        assert torch.empty(2, dtype=torch.int32, device="openreg").tolist() == [2**31 - 1] * 2
+        assert torch.empty_like(torch.ones(2, device="openreg")).isnan().all().item()
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 def test_reset_peak_and_summary():
     x = torch.empty(1 << 20, device="openreg:2")
     del x
@@ -542,3 +571,25 @@ def test_deprecated_names_and_process_listing(python):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["GPU:2", "no processes are running", "True", "True", "True True",
                                      "0", str(["FutureWarning"] * 4)], r.stdout
+
+
+def test_accelerator_memory_queries_do_not_initialise_the_device(python):
+    # As CUDA's allocator: {} / 0 before the device is used, so that a child
+    # forked afterwards can still use it.
+    r = python("""
+        import multiprocessing as mp, torch
+        assert torch.accelerator.memory_allocated() == 0 and torch.accelerator.memory_stats() == {}
+        assert not torch.openreg.is_initialized()
+        def child(q):
+            q.put(torch.ones(2, device="openreg").sum().item())
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        p = ctx.Process(target=child, args=(q,))
+        p.start()
+        print(q.get(timeout=60))
+        p.join(60)
+        x = torch.ones(4, device="openreg")
+        print(torch.accelerator.memory_allocated() > 0)
+    """, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["2.0", "True"]

@@ -193,7 +193,7 @@ std::shared_ptr<ZmqTransport> ZmqTransport::connect(int rank, int size, std::vec
   });
 
   // Every link must come up within the group's timeout.
-  auto deadline = Clock::now() + timeout;
+  auto deadline = deadlineAfter(timeout);
   for (;;) {
     std::vector<int> missing;
     for (int p = 0; p < size; ++p)
