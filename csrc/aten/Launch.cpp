@@ -9,7 +9,6 @@
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/core/impl/COW.h>
 #include <c10/core/InferenceMode.h>
 
 #include "../runtime/OpenRegCachingAllocator.h"
@@ -68,13 +67,6 @@ at::Tensor kernelView(const at::Tensor& t) {
                 t.strides(), ", storage offset ", t.storage_offset(), ") spans ", needed,
                 " bytes of its storage, which holds only ", storage.nbytes(),
                 " (resized since, as FSDP frees parameters): a kernel cannot use it");
-  }
-  // A copy-on-write storage (torch._lazy_clone) gets memory of its own before
-  // a kernel may write it, as a CUDA kernel's mutable_data_ptr() makes it
-  // (on the tensor's device, after the work queued on its stream: copy_data).
-  if (C10_UNLIKELY(c10::impl::cow::is_cow_data_ptr(storage.data_ptr()))) {
-    c10::DeviceGuard guard(t.device());
-    storage.mutable_data();  // StorageImpl's own path: it also drops the materializer
   }
   return hostTensorAt(orKernelPtr(storage.data()), storage.nbytes(), t);
 }

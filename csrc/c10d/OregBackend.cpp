@@ -335,7 +335,6 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   std::unique_lock<std::mutex> issuing(issueMutex_, std::defer_lock);
   if (device >= 0) issuing.lock();
   Op op;
-  op.group = c10::intrusive_ptr<OregBackend>::reclaim_copy(this);  // the caller holds one
   // A single collective's future is a device future (FutureStreams.h); a
   // send's or receive's may complete out of issue order, so it is the worker's.
   auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost,
@@ -930,22 +929,13 @@ c10::intrusive_ptr<c10d::Backend> OregBackend::split(
 }
 
 void OregBackend::shutdown() {
-  // From a future callback on this group's own runner thread (its worker, or a
-  // caller running an operation inline), e.g. destroy_process_group in a
-  // then(): that thread can neither wait for the running operation (its own)
-  // nor join itself. The group stops here; the join comes with the next
-  // shutdown(), at the latest in the destructor, which runs on the releaser
-  // thread (Op::group).
-  const bool onRunner = t_workerOf == this;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (shutDown_ && (joined_ || onRunner)) return;
-    const bool first = !shutDown_;
+    if (shutDown_) return;
     shutDown_ = true;
     // Let issued operations finish, but never wait unboundedly for peers.
     auto grace = std::min<std::chrono::milliseconds>(options_->timeout, std::chrono::seconds(10));
-    if (first && !onRunner)
-      cv_.wait_for(lock, grace, [&] { return queue_.empty() && !running_; });
+    cv_.wait_for(lock, grace, [&] { return queue_.empty() && !running_; });
   }
   transport_->cancel("oreg_ccl: rank " + std::to_string(getRank()) +
                          ": the process group was shut down",
@@ -956,7 +946,6 @@ void OregBackend::shutdown() {
   }
   cv_.notify_all();
   transport_->wakeup();
-  if (onRunner) return;
   if (worker_.joinable()) worker_.join();
   transport_->shutdown();
   // Anything still queued never started.
@@ -965,10 +954,8 @@ void OregBackend::shutdown() {
   {
     std::lock_guard<std::mutex> g(mutex_);
     left.swap(queue_);
-    joined_ = true;
   }
   for (auto& op : left) op.work->complete(error);  // on the caller's thread
-  releaseLater(std::move(left));  // they hold this group (Op::group)
 }
 
 bool OregBackend::isShutDown() {

@@ -198,10 +198,6 @@ class OregBackend final : public c10d::Backend {
   // A finished Op is destroyed on the releaser thread (Releaser.h), never on
   // the worker: dropping a tensor may take the GIL.
   struct Op {
-    // Keeps the group alive while the operation is queued or running, so that
-    // its last reference drops with the Op on the releaser thread, never on
-    // the worker (whose callbacks may destroy the group: it cannot join itself).
-    c10::intrusive_ptr<OregBackend> group;
     std::shared_ptr<OregWork::WorkerRef> work;
     c10::intrusive_ptr<OregWork> kept;  // the reference that completed it (WorkerRef::complete)
     // Null: ready now (host tensors, or a stream covered by StreamOrder).
@@ -348,7 +344,6 @@ class OregBackend final : public c10d::Backend {
   bool running_ = false;   // GUARDED_BY(mutex_): an op is executing (worker or inline)
   bool driving_ = false;   // GUARDED_BY(mutex_): the worker drives in-flight sends/receives
   bool shutDown_ = false;  // GUARDED_BY(mutex_)
-  bool joined_ = false;    // GUARDED_BY(mutex_): shutdown() joined the worker
   std::thread worker_;
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   Clock::duration spin_{};      // how long an idle worker polls before sleeping

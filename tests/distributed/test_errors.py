@@ -512,32 +512,6 @@ def test_error_inside_a_coalescing_block(tmp_path):
     spawn(abandoned_coalescing_block, 2, tmp_path)
 
 
-def destroyed_from_its_own_callback(rank, n):
-    # destroy_process_group(g) in a then() of g's own collective: that runs on
-    # g's worker (or on the caller running it inline), which can neither wait
-    # for nor join itself. It returns at once, and the process exits cleanly.
-    for device in ("cpu", torch.device("openreg", rank)):
-        g = dist.new_group(list(range(n)))
-        work = dist.all_reduce(torch.ones(2, device=device), group=g, async_op=True)
-        took = []
-
-        def destroy(fut):
-            start = time.monotonic()
-            dist.destroy_process_group(g)
-            took.append(time.monotonic() - start)
-
-        work.get_future().then(destroy).wait()
-        assert took and took[0] < 5, took
-        del work, g
-    t = torch.ones(2)
-    dist.all_reduce(t)  # the default group lives on
-    assert t.tolist() == [float(n)] * 2
-
-
-def test_group_destroyed_from_a_callback_of_its_own_collective(tmp_path):
-    spawn(destroyed_from_its_own_callback, 2, tmp_path)
-
-
 def bad_split_ranks(rank, n):
     for ranks, why in (([0, 5], "rank 5 is not in the parent group"),
                        ([-1, 0], "rank -1 is not in the parent group")):
