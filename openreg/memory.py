@@ -92,8 +92,9 @@ class MemPool(_C._MemPool):
     """A pool of the caching allocator, as torch.cuda.MemPool: only allocations
     routed to it (`use_mem_pool`, or a graph captured with ``pool=pool.id``) use
     its memory, which empty_cache() leaves alone while the pool lives; when the
-    pool is deleted its unused memory goes back to the device and its blocks
-    still allocated become ordinary ones.
+    pool is deleted (which does not wait for the device) its unused memory goes
+    back to the device and its blocks still allocated become ordinary ones,
+    once the work queued on the device at that moment has run.
 
     use_on_oom: an allocation outside the pool that finds no memory may take a
     free block of the pool (one its stream allocated). no_split: the pool's

@@ -277,8 +277,9 @@ class DeviceCache {
       pending.devices.push_back(s.device_index());
       // A capturing stream takes no event: recorded once its capture ends
       // (CUDA defers these too), until then the block waits.
-      if (orStreamIsCapturing(rawStream(s))) pending.deferred.push_back(s);
-      else pending.events.push_back(recordedEvent(s));
+      orStream raw = rawStream(s);
+      if (orStreamIsCapturing(raw)) pending.deferred.push_back(raw);
+      else pending.events.push_back(recordedEvent(raw));
     }
     block->stream_uses.clear();
     pending_.push_back(std::move(pending));
@@ -305,46 +306,36 @@ class DeviceCache {
     std::lock_guard<std::mutex> lock(mutex_);
     captures_.erase(rawStreamOf(stream));
   }
-  // The pool's blocks become ordinary blocks of the streams that allocated
-  // them. With returnUnused (a MemPool's end, as CUDA's emptyCache(pool)) its
-  // segments with nothing allocated go back to the driver first, after their
-  // streams' queued work; not while a stream of the device captures (waiting
-  // would end the capture): they then stay cached, for empty_cache.
+  // A pool whose last user is gone: its blocks become ordinary blocks of the
+  // streams that allocated them, and with returnUnused (a MemPool's end, as
+  // CUDA's emptyCache(pool)) its segments with nothing allocated go back to
+  // the driver; both once the device's work queued now has run, as a queued
+  // replay or kernel may still write the pool's memory. Ordered by events,
+  // not waited for: the caller is a destructor, often holding the GIL (a
+  // graph collected by Python's garbage collector would otherwise stall every
+  // thread of the program behind the device's queue; CUDA's graph reset does
+  // not wait either). Until then the pool keeps its memory, as while it lived.
   void releasePool(uint64_t number, bool returnUnused) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (returnUnused && captures_.empty()) {
-      std::vector<Block*> unused;
-      std::unordered_set<c10::StreamId> streams;
+    auto first = poolKeys_.lower_bound({number, std::numeric_limits<c10::StreamId>::min()});
+    if (first == poolKeys_.end() || first->first.first != number) return;  // none of it here
+    PoolRelease release{number, {}, {}, {}};
+    // Only segments unused now: one freed later may have queued kernels
+    // behind these events.
+    if (returnUnused)
       for (bool small : {true, false})
         for (Block* b : pool(small)) {
           auto key = pools_.find(b->stream);
-          if (key != pools_.end() && key->second.number == number && !b->isSplit()) {
-            unused.push_back(b);
-            streams.insert(key->second.owner);
-          }
+          if (key != pools_.end() && key->second.number == number && !b->isSplit())
+            release.unused.push_back(b);
         }
-      // A failed stream runs nothing more: its memory is as quiet.
-      for (c10::StreamId owner : streams) (void)orStreamDrain(rawStreamOf(owner));
-      for (Block* b : unused) releaseSegment(pool(b->small), pool(b->small).find(b));
+    for (orStream s : computeStreams(device_)) {
+      // A capturing stream takes no event: recorded once its capture ends.
+      if (orStreamIsCapturing(s)) release.deferred.push_back(s);
+      else if (!orStreamIsIdle(s)) release.events.push_back(recordedEvent(s));
     }
-    auto it = poolKeys_.lower_bound({number, std::numeric_limits<c10::StreamId>::min()});
-    while (it != poolKeys_.end() && it->first.first == number) {
-      const c10::StreamId key = it->second, owner = it->first.second;
-      pools_.erase(key);
-      for (auto& [ptr, block] : live_) rekey(block, key, owner);
-      for (PendingFree& p : pending_) rekey(p.block, key, owner);
-      for (bool small : {true, false}) {
-        std::vector<Block*> moved;
-        for (Block* b : pool(small))
-          if (b->stream == key) moved.push_back(b);
-        for (Block* b : moved) {
-          pool(small).erase(b);
-          b->stream = owner;
-          pool(small).insert(b);
-        }
-      }
-      it = poolKeys_.erase(it);
-    }
+    releases_.push_back(std::move(release));
+    processPoolReleases();
   }
 
   // Waits for streams with mutex_ held (as does an OOM retry): safe because a
@@ -433,9 +424,16 @@ class DeviceCache {
   struct PendingFree {
     Block* block;
     std::vector<orEvent> events;
-    std::vector<c10::Stream> deferred;      // capturing streams still owed an event
+    std::vector<orStream> deferred;         // capturing streams still owed an event
     std::vector<c10::DeviceIndex> devices;  // of the streams the events are on
     std::shared_ptr<c10::GatheredContext> context;  // of the free, if recorded
+  };
+  // releasePool's, once the work queued on the device at its call has run.
+  struct PoolRelease {
+    uint64_t number;
+    std::vector<Block*> unused;  // cached whole segments to give back (returnUnused)
+    std::vector<orEvent> events;
+    std::vector<orStream> deferred;  // capturing streams still owed an event
   };
 
   // profile_memory=True: the profiler's device memory columns and timeline
@@ -583,10 +581,10 @@ class DeviceCache {
     for (c10::DeviceIndex d : others) synchronizeComputeStreams(d, /*raisesKernelErrors=*/false);
   }
 
-  static orEvent recordedEvent(const c10::Stream& s) {
+  static orEvent recordedEvent(orStream s) {
     orEvent event = nullptr;
     OPENREG_CHECK(orEventCreate(&event, false));
-    OPENREG_CHECK(orEventRecord(event, rawStream(s)));
+    OPENREG_CHECK(orEventRecord(event, s));
     return event;
   }
 
@@ -605,21 +603,63 @@ class DeviceCache {
     return it == captures_.end() ? stream : it->second;
   }
 
-  void processPendingFrees() {
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      auto& deferred = it->deferred;
-      for (auto s = deferred.begin(); s != deferred.end();) {
-        if (orStreamIsCapturing(rawStream(*s))) {
-          ++s;
-        } else {
-          it->events.push_back(recordedEvent(*s));
-          s = deferred.erase(s);
+  void processPoolReleases() {
+    for (auto it = releases_.begin(); it != releases_.end();) {
+      if (!eventsDone(it->events, it->deferred)) {
+        ++it;
+        continue;
+      }
+      for (orEvent e : it->events) orEventDestroy(e);
+      finishPoolRelease(*it);
+      it = releases_.erase(it);
+    }
+  }
+
+  // Records the events owed by streams whose capture has ended (none for an
+  // idle one); true once none is owed and every event has completed (a
+  // failed stream's counts: it runs nothing more).
+  static bool eventsDone(std::vector<orEvent>& events, std::vector<orStream>& deferred) {
+    for (auto s = deferred.begin(); s != deferred.end();) {
+      if (orStreamIsCapturing(*s)) {
+        ++s;
+      } else {
+        if (!orStreamIsIdle(*s)) events.push_back(recordedEvent(*s));
+        s = deferred.erase(s);
+      }
+    }
+    bool done = deferred.empty();
+    for (orEvent e : events) done = done && orEventQueryNoSync(e) != orErrorNotReady;
+    return done;
+  }
+
+  // Not while a stream of the device captures: unused segments then stay
+  // cached, as ordinary blocks, for empty_cache.
+  void finishPoolRelease(const PoolRelease& release) {
+    if (captures_.empty())
+      for (Block* b : release.unused) releaseSegment(pool(b->small), pool(b->small).find(b));
+    auto it = poolKeys_.lower_bound({release.number, std::numeric_limits<c10::StreamId>::min()});
+    while (it != poolKeys_.end() && it->first.first == release.number) {
+      const c10::StreamId key = it->second, owner = it->first.second;
+      pools_.erase(key);
+      for (auto& [ptr, block] : live_) rekey(block, key, owner);
+      for (PendingFree& p : pending_) rekey(p.block, key, owner);
+      for (bool small : {true, false}) {
+        std::vector<Block*> moved;
+        for (Block* b : pool(small))
+          if (b->stream == key) moved.push_back(b);
+        for (Block* b : moved) {
+          pool(small).erase(b);
+          b->stream = owner;
+          pool(small).insert(b);
         }
       }
-      bool done = deferred.empty();
-      // A failed stream's event counts as done (it runs nothing more).
-      for (orEvent e : it->events) done = done && orEventQueryNoSync(e) != orErrorNotReady;
-      if (!done) {
+      it = poolKeys_.erase(it);
+    }
+  }
+
+  void processPendingFrees() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (!eventsDone(it->events, it->deferred)) {
         ++it;
         continue;
       }
@@ -632,6 +672,7 @@ class DeviceCache {
       makeCached(it->block);
       it = pending_.erase(it);
     }
+    processPoolReleases();
   }
 
   // The smallest cached block of the pool, allocated on this stream, that
@@ -724,7 +765,7 @@ class DeviceCache {
   }
 
   bool hasCachedOrPending() const {
-    return !small_blocks_.empty() || !large_blocks_.empty() || !pending_.empty();
+    return !small_blocks_.empty() || !large_blocks_.empty() || !pending_.empty() || !releases_.empty();
   }
 
   // Returns a whole cached segment (an unsplit block) to the driver; the
@@ -828,6 +869,7 @@ class DeviceCache {
   BlockPool small_blocks_;                         // GUARDED_BY mutex_
   BlockPool large_blocks_;                         // GUARDED_BY mutex_
   std::vector<PendingFree> pending_;               // GUARDED_BY mutex_
+  std::vector<PoolRelease> releases_;              // GUARDED_BY mutex_
   std::unordered_map<void*, Block*> live_;         // GUARDED_BY mutex_
   std::unordered_set<void*> oversize_segments_;    // their base pointers; GUARDED_BY mutex_
   DeviceStats stats_;                              // GUARDED_BY mutex_
@@ -934,12 +976,16 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
   // On every device with a cache: a pool's keys may be on any of them.
   void releasePool(uint64_t pool, bool returnUnused) {
     if (orIsForkedChild()) return;  // the parent's pools (see cache())
+    {
+      // First: an allocation that finds no memory must not take a block the
+      // release is about to give back.
+      PoolOptionsTable& t = poolOptionsTable();
+      std::lock_guard<std::mutex> lock(t.mutex);
+      t.pools.erase(pool);
+      t.any.store(!t.pools.empty(), std::memory_order_release);
+    }
     for (c10::DeviceIndex d = 0; d < device_count(); ++d)
       if (caches_[d]) caches_[d]->releasePool(pool, returnUnused);
-    PoolOptionsTable& t = poolOptionsTable();
-    std::lock_guard<std::mutex> lock(t.mutex);
-    t.pools.erase(pool);
-    t.any.store(!t.pools.empty(), std::memory_order_release);
   }
 
   std::vector<std::vector<MemoryTraceEntry>> traces() {

@@ -130,12 +130,9 @@ class OpenRegGraph final : public at::GraphImplInterface {
   void releasePoolRef() {
     if (pool_ == c10::MempoolId_t{0, 0}) return;
     if (releasePoolUse(pool_)) {
-      // The pool's memory goes back to its streams once no replay can still
-      // write it: after the device's queued work (CUDA frees private pools
-      // with a synchronising cudaFree). While a capture runs on the device
-      // nothing may wait for it: the pool then stays reserved for the process.
+      // The pool's memory goes back to its streams once no replay queued now
+      // can still write it (releasePool orders that after the device's queue).
       try {
-        synchronizeComputeStreams(device_, /*raisesKernelErrors=*/false);
         releasePool(poolNumber_, /*returnUnused=*/false);
       } catch (const c10::Error&) {
       }

@@ -166,6 +166,14 @@ void synchronizeComputeStreams(c10::DeviceIndex device, bool raisesKernelErrors)
   }
 }
 
+std::vector<orStream> computeStreams(c10::DeviceIndex device) {
+  device = resolve_device(device);
+  std::vector<orStream> streams;
+  for (int id = 0; id < kPooledStreams; ++id)
+    if (orStream raw = g_devices[device].streams[id].load(std::memory_order_acquire)) streams.push_back(raw);
+  return streams;
+}
+
 namespace {
 std::mutex g_waiters_mutex;
 std::vector<DeviceSynchronizeWaiter> g_waiters;  // GUARDED_BY g_waiters_mutex

@@ -14,6 +14,7 @@
 #include <exception>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "driver/Driver.h"
 
@@ -72,6 +73,10 @@ void addDeviceSynchronizeWaiter(DeviceSynchronizeWaiter waiter);
 // The runtime's own wait (orStreamDrain): the race checker does not take it
 // as a host synchronisation the program could rely on.
 void synchronizeComputeStreams(c10::DeviceIndex device, bool raisesKernelErrors = true);
+// The streams synchronizeComputeStreams waits for that exist so far (one
+// never created has nothing queued): to order a release after their queued
+// work with events, where waiting would block the caller.
+std::vector<orStream> computeStreams(c10::DeviceIndex device);
 // Raises for `error`; a kernel failure (orErrorLaunchFailure) with the failed
 // kernel's exception `cause`, reported at this later call as CUDA reports its
 // asynchronous errors. `where`: the stream, event or device it was seen on.

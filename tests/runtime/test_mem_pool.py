@@ -236,6 +236,29 @@ def test_deleting_a_pool_does_not_wait_for_other_devices():
     assert kept.numel() == 10
 
 
+def test_deleting_a_pool_does_not_wait_for_its_streams_and_returns_memory_after_them():
+    import time
+
+    pool = torch.openreg.MemPool()
+    with torch.openreg.use_mem_pool(pool):
+        x = torch.ones(5 << 20, dtype=torch.uint8, device="openreg")  # a 20 MiB segment
+    base = x.data_ptr()
+    torch.openreg._sleep(1000)
+    x.add_(1)  # queued behind the sleep: the segment is still in use when x is freed
+    del x
+    start = time.monotonic()
+    del pool
+    elapsed = time.monotonic() - start
+    assert elapsed < 0.9, elapsed
+    # Not given back under the queued kernel, though unused and its pool gone.
+    assert segment_of(base)["total_size"] == 20 * MIB
+    torch.openreg.synchronize()
+    torch.empty(1, device="openreg")  # the device's next allocation completes the release
+    # (A new, smaller segment may take its address.)
+    assert all(s["total_size"] != 20 * MIB for s in torch.openreg.memory_snapshot()
+               if s["address"] == base), "the unused segment was not given back"
+
+
 def test_the_all_zero_pool_id_means_every_segment():
     pool = torch.openreg.MemPool()
     with torch.openreg.use_mem_pool(pool):

@@ -152,6 +152,10 @@ using orPrepare = std::function<std::function<void()>(orStream)>;
 orError orLaunchPreparedKernel(orStream stream, orPrepare prepare,
                                std::vector<orAccess> accesses = {});
 orError orStreamQuery(orStream stream);        // orSuccess or orErrorNotReady
+// Whether everything queued on `stream` has run (false while it captures),
+// for the runtime's bookkeeping: unlike orStreamQuery, the race checker does
+// not count it as the host seeing the work end (see orStreamDrain).
+bool orStreamIsIdle(orStream stream);
 // How many items (kernels, event records and waits) were ever queued on
 // `stream`: a position in it, to tell whether anything was queued since.
 uint64_t orStreamLaunchCount(orStream stream);

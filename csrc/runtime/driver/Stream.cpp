@@ -346,6 +346,11 @@ orError orStreamQuery(orStream stream) {
   return orSuccess;
 }
 
+bool orStreamIsIdle(orStream stream) {
+  if (!stream || orIsForkedChild() || stream->capturing.load()) return false;
+  return stream->completed.load(std::memory_order_acquire) == stream->enqueued.load();
+}
+
 bool orStreamBeginHostWork(orStream stream) {
   if (!stream || orIsForkedChild() || stream->capturing.load() || stream->failed.load() ||
       stream->completed.load() != stream->enqueued.load())  // busy: no lock taken
