@@ -2,6 +2,7 @@
 // resize_, set_, is_set_to. Views (as_strided, view, _reshape_alias) reuse
 // ATen's device-generic implementations (registered in RegisterOpenReg.cpp).
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
 
@@ -31,6 +32,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<c10::MemoryFormat> memory_format) {
   auto int_size = C10_AS_INTARRAYREF_SLOW(size);
   auto* impl = self.unsafeGetTensorImpl();
+  const int64_t old_nbytes = impl->unsafe_storage() ? static_cast<int64_t>(impl->unsafe_storage().nbytes()) : 0;
   if (!(impl->sizes() == int_size && !memory_format.has_value())) {
     impl->set_sizes_contiguous(int_size);
     if (memory_format.has_value()) {
@@ -42,6 +44,10 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
   size_t needed = at::detail::computeStorageNbytes(impl->sizes(), impl->strides(),
                                                    self.dtype().itemsize(), impl->storage_offset());
   if (self.numel() > 0) growStorage(self, needed);
+  // As CUDA's resize_: the grown part is filled (NaN, or the integer type's largest value).
+  if (C10_UNLIKELY(at::globalContext().deterministicAlgorithms() &&
+                   at::globalContext().deterministicFillUninitializedMemory()))
+    at::native::fill_resize_deterministic_(self, old_nbytes);
   return self;
 }
 

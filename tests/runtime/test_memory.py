@@ -104,6 +104,11 @@ def test_deterministic_mode_fills_uninitialized_memory():
         assert torch.empty_strided((2, 2), (1, 2), device="openreg").isnan().all().item()
         assert torch.empty(2, dtype=torch.int32, device="openreg").tolist() == [2**31 - 1] * 2
         assert torch.empty_like(torch.ones(2, device="openreg")).isnan().all().item()
+        # resize_ fills only what it grew; what was there is kept.
+        grown = torch.ones(2, device="openreg").resize_(5)
+        assert grown[:2].tolist() == [1.0, 1.0] and grown[2:].isnan().all().item()
+        ints = torch.zeros(1, dtype=torch.int64, device="openreg").resize_(3)
+        assert ints.tolist() == [0, 2**63 - 1, 2**63 - 1]
     finally:
         torch.use_deterministic_algorithms(False)
 
