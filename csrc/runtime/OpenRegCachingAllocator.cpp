@@ -329,11 +329,10 @@ class DeviceCache {
           if (key != pools_.end() && key->second.number == number && !b->isSplit())
             release.unused.push_back(b);
         }
-    for (orStream s : computeStreams(device_)) {
-      // A capturing stream takes no event: recorded once its capture ends.
-      if (orStreamIsCapturing(s)) release.deferred.push_back(s);
-      else if (!orStreamIsIdle(s)) release.events.push_back(recordedEvent(s));
-    }
+    // Each stream is owed an event, which eventsDone records (none for an
+    // idle stream; a capturing one's once its capture ends). Queued before
+    // recording: a failed record leaves the release pending, not lost.
+    release.deferred = computeStreams(device_);
     releases_.push_back(std::move(release));
     processPoolReleases();
   }
@@ -352,6 +351,7 @@ class DeviceCache {
 
   DeviceStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
+    processPoolReleases();  // memory already given back is not reported reserved
     DeviceStats stats = stats_;
     // As CUDA's: the setting in force, -1 when unlimited.
     stats.max_split_size = static_cast<int64_t>(Config::max_split_size());
@@ -374,6 +374,7 @@ class DeviceCache {
   void snapshot(std::vector<SegmentInfo>& out) {
     if (orIsForkedChild()) return;  // nothing of the parent's (see cache())
     std::lock_guard<std::mutex> lock(mutex_);
+    processPoolReleases();
     std::vector<Block*> heads;  // each segment's first block
     auto addHead = [&](Block* b) {
       if (!b->prev) heads.push_back(b);
@@ -605,7 +606,7 @@ class DeviceCache {
 
   void processPoolReleases() {
     for (auto it = releases_.begin(); it != releases_.end();) {
-      if (!eventsDone(it->events, it->deferred)) {
+      if (!eventsDone(it->events, it->deferred, /*skipIdle=*/true)) {
         ++it;
         continue;
       }
@@ -615,15 +616,18 @@ class DeviceCache {
     }
   }
 
-  // Records the events owed by streams whose capture has ended (none for an
-  // idle one); true once none is owed and every event has completed (a
-  // failed stream's counts: it runs nothing more).
-  static bool eventsDone(std::vector<orEvent>& events, std::vector<orStream>& deferred) {
+  // Records the events owed by streams whose capture has ended (with
+  // skipIdle, none for an idle one; a pending free's block needs the event to
+  // retire the stream's accesses in the race checker); true once none is
+  // owed and every event has completed (a failed stream's counts: it runs
+  // nothing more).
+  static bool eventsDone(std::vector<orEvent>& events, std::vector<orStream>& deferred,
+                         bool skipIdle) {
     for (auto s = deferred.begin(); s != deferred.end();) {
       if (orStreamIsCapturing(*s)) {
         ++s;
       } else {
-        if (!orStreamIsIdle(*s)) events.push_back(recordedEvent(*s));
+        if (!skipIdle || !orStreamIsIdle(*s)) events.push_back(recordedEvent(*s));
         s = deferred.erase(s);
       }
     }
@@ -632,11 +636,9 @@ class DeviceCache {
     return done;
   }
 
-  // Not while a stream of the device captures: unused segments then stay
-  // cached, as ordinary blocks, for empty_cache.
+  // Also while a stream of the device captures: giving memory back waits for nothing.
   void finishPoolRelease(const PoolRelease& release) {
-    if (captures_.empty())
-      for (Block* b : release.unused) releaseSegment(pool(b->small), pool(b->small).find(b));
+    for (Block* b : release.unused) releaseSegment(pool(b->small), pool(b->small).find(b));
     auto it = poolKeys_.lower_bound({release.number, std::numeric_limits<c10::StreamId>::min()});
     while (it != poolKeys_.end() && it->first.first == release.number) {
       const c10::StreamId key = it->second, owner = it->first.second;
@@ -659,7 +661,7 @@ class DeviceCache {
 
   void processPendingFrees() {
     for (auto it = pending_.begin(); it != pending_.end();) {
-      if (!eventsDone(it->events, it->deferred)) {
+      if (!eventsDone(it->events, it->deferred, /*skipIdle=*/false)) {
         ++it;
         continue;
       }

@@ -80,9 +80,9 @@ std::vector<std::vector<MemoryTraceEntry>> memoryTraces();
 // other allocation or empty_cache touches until releasePool (its last user is
 // gone); its blocks then become those of the streams that allocated them, on
 // every device, and with returnUnused its unused segments go back to the
-// driver (unless a stream of their device captures). releasePool does not
-// wait: that happens once the work queued on the device at its call has run,
-// seen by the device's next allocation or empty_cache.
+// driver. releasePool does not wait: that happens once the work queued on
+// the device at its call has run, seen by the device's next allocation,
+// empty_cache or memory statistics.
 void beginAllocateToPool(c10::DeviceIndex device, uint64_t pool, c10::StreamId stream);
 void endAllocateToPool(c10::DeviceIndex device, c10::StreamId stream);
 void releasePool(uint64_t pool, bool returnUnused);

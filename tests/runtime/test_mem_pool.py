@@ -259,6 +259,30 @@ def test_deleting_a_pool_does_not_wait_for_its_streams_and_returns_memory_after_
                if s["address"] == base), "the unused segment was not given back"
 
 
+def test_a_pool_deleted_behind_queued_work_gives_its_memory_to_a_later_capture(python):
+    r = python("""
+        import time, torch
+        pool = torch.openreg.MemPool()
+        with torch.openreg.use_mem_pool(pool):
+            t = torch.empty(40 << 20, dtype=torch.uint8, device="openreg")
+        del t
+        torch.openreg._sleep(300)   # queued: the pool's memory is given back after it
+        del pool
+        torch.openreg.synchronize()
+        print(torch.openreg.memory_reserved() >> 20)   # given back once the sleep ran
+        s = torch.openreg.Stream()
+        s.wait_stream(torch.openreg.current_stream())
+        g = torch.accelerator.Graph()
+        with torch.openreg.stream(s):
+            g.capture_begin()
+            y = torch.empty(40 << 20, dtype=torch.uint8, device="openreg")  # 40 of 64 MiB
+            g.capture_end()
+        print("captured")
+    """, env={"OPENREG_DEVICE_MEMORY": "64MiB"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "captured"]
+
+
 def test_the_all_zero_pool_id_means_every_segment():
     pool = torch.openreg.MemPool()
     with torch.openreg.use_mem_pool(pool):
