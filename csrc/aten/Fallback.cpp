@@ -132,13 +132,10 @@ class ArgumentConverter {
       return c10::Device(to_meta_ ? c10::DeviceType::Meta : c10::DeviceType::CPU);
     if (isGeneratorArg(schema_arg)) {
       if (to_meta_) return arg;
-      if (arg.isNone()) return cpuGeneratorOf(getDefaultGenerator(device_));
-      // CUDA's rule: a generator of another device type is an error (a CPU
-      // generator would otherwise silently drive an openreg op).
-      TORCH_CHECK(arg.toGenerator().device().is_privateuseone(),
-                  "Expected a 'openreg' device type for generator but found '",
-                  arg.toGenerator().device().type(), "'");
-      return cpuGeneratorOf(arg.toGenerator());
+      at::Generator source = openRegGenerator(arg);
+      // In a capture each replay reads the generator (replayGenerators).
+      if (deferGenerators_) return source;
+      return cpuGeneratorOf(source);
     }
     return mapTensors(arg, [&](const at::Tensor& t) { return convertTensor(t); });
   }
@@ -171,6 +168,19 @@ class ArgumentConverter {
   }
 
  public:
+  // The openreg generator a generator argument stands for (None: the device's default).
+  at::Generator openRegGenerator(const IValue& arg) const {
+    if (arg.isNone()) return getDefaultGenerator(device_);
+    // CUDA's rule: a generator of another device type is an error (a CPU
+    // generator would otherwise silently drive an openreg op).
+    TORCH_CHECK(arg.toGenerator().device().is_privateuseone(),
+                "Expected a 'openreg' device type for generator but found '",
+                arg.toGenerator().device().type(), "'");
+    return arg.toGenerator();
+  }
+  // Generator arguments stay openreg generators, to be read at each launch.
+  void deferGenerators() { deferGenerators_ = true; }
+
   static bool isGeneratorArg(const c10::Argument& a) {
     const auto& type = a.type();
     if (type->kind() == c10::TypeKind::GeneratorType) return true;
@@ -190,6 +200,7 @@ class ArgumentConverter {
 
   c10::DeviceIndex device_;
   bool to_meta_;
+  bool deferGenerators_ = false;
   ska::flat_hash_map<c10::StorageImpl*, c10::Storage> meta_storages_;
   ska::flat_hash_map<c10::StorageImpl*, c10::Storage> cpu_storages_;
 };
@@ -734,28 +745,17 @@ void checkWrittenOverlap(const c10::FunctionSchema& schema, const IValue* args, 
   }
 }
 
-// Queues the op's CPU kernel over kernel views; fresh results are copied into
-// `fresh` (slots[k]: fresh index of the k-th returned tensor, or -1). Callers
-// run checkDispatch first, before they allocate `fresh`.
-void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t num_args,
-                     c10::Device device, const std::vector<at::Tensor>& originals,
-                     const std::vector<at::Tensor>& fresh, std::vector<int> slots) {
-  // A view op (view_as_real, .real of a complex tensor: every result aliases
-  // an input, no argument is written): its results already share the inputs'
-  // memory, so there is nothing to run, and no read for the race checker to
-  // order (a view touches no data, as on CUDA).
-  if (fresh.empty() && !writesAnArgument(op.schema())) return;
-  ArgumentConverter cpu(device.index(), /*to_meta=*/false);
-  PreparedCall cpu_call = prepare(op.schema(), args, num_args, cpu);
+// The op's CPU kernel over kernel views; fresh results are copied into
+// `fresh_views` (slots[k]: fresh index of the k-th returned tensor, or -1).
+struct CpuKernel {
+  c10::OperatorHandle op;
+  std::vector<IValue> cpu_args;
+  std::vector<at::Tensor> inputs;           // the converted tensor arguments
   std::vector<at::Tensor> fresh_views;
-  for (const auto& f : fresh) fresh_views.push_back(kernelView(f));
-  std::vector<at::Tensor> writes = fresh;
-  for (const auto& t : originals) writes.push_back(t);  // conservative
-
+  std::vector<int> slots;
   std::vector<std::pair<bool, bool>> bits;  // each input's (conj, neg) as passed
-  for (const auto& c : cpu_call.converted) bits.emplace_back(c.is_conj(), c.is_neg());
-  auto kernel = [op, cpu_args = std::move(cpu_call.args), inputs = std::move(cpu_call.converted),
-                 fresh_views, slots = std::move(slots), bits = std::move(bits)]() mutable {
+
+  void operator()() {
     c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
     torch::jit::Stack cpu_stack(cpu_args.begin(), cpu_args.end());
     op.redispatchBoxed(kCPUKeys, &cpu_stack);
@@ -787,8 +787,66 @@ void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t n
         return t;
       });
     }
+  }
+};
+
+// A random kernel captured in a graph: each replay of the graph reads the
+// openreg generators' state and advances it (made at each launch, on the
+// replaying thread in the host's order of replays), as a CUDA graph's philox
+// seed and offset are filled in per replay. So manual_seed before a replay
+// repeats its numbers, and get_rng_state moves with replays. The capture
+// itself leaves the generators alone, as CUDA's.
+void launchReplayingGenerators(const c10::Stream& stream, CpuKernel kernel,
+                               std::vector<std::pair<size_t, at::Generator>> generators,
+                               const std::vector<at::Tensor>& reads,
+                               const std::vector<at::Tensor>& writes) {
+  orStream raw = rawStream(stream);
+  orPrepare prepare = [kernel = std::move(kernel), generators = std::move(generators)](orStream) {
+    CpuKernel launch = kernel;
+    for (const auto& [index, generator] : generators) launch.cpu_args[index] = cpuGeneratorOf(generator);
+    return std::function<void()>(std::move(launch));
   };
-  launchKernel(getCurrentStream(device.index()), std::move(kernel), originals, writes);
+  orError error = orLaunchPreparedKernel(
+      raw, std::move(prepare),
+      orSanitizerEnabled() ? accessesOf(reads, writes) : std::vector<orAccess>{});
+  TORCH_CHECK(error != orErrorDataRace, orSanitizerLastReport());
+  if (error != orSuccess) checkKernelError(error, c10::str(stream), orStreamLastException(raw));
+}
+
+// Queues the op's CPU kernel over kernel views; fresh results are copied into
+// `fresh` (slots[k]: fresh index of the k-th returned tensor, or -1). Callers
+// run checkDispatch first, before they allocate `fresh`.
+void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t num_args,
+                     c10::Device device, const std::vector<at::Tensor>& originals,
+                     const std::vector<at::Tensor>& fresh, std::vector<int> slots) {
+  // A view op (view_as_real, .real of a complex tensor: every result aliases
+  // an input, no argument is written): its results already share the inputs'
+  // memory, so there is nothing to run, and no read for the race checker to
+  // order (a view touches no data, as on CUDA).
+  if (fresh.empty() && !writesAnArgument(op.schema())) return;
+  const c10::Stream stream = getCurrentStream(device.index());
+  ArgumentConverter cpu(device.index(), /*to_meta=*/false);
+  const bool capturing = orStreamIsCapturing(rawStream(stream));
+  if (capturing) cpu.deferGenerators();
+  PreparedCall cpu_call = prepare(op.schema(), args, num_args, cpu);
+  std::vector<at::Tensor> fresh_views;
+  for (const auto& f : fresh) fresh_views.push_back(kernelView(f));
+  std::vector<at::Tensor> writes = fresh;
+  for (const auto& t : originals) writes.push_back(t);  // conservative
+
+  std::vector<std::pair<bool, bool>> bits;
+  for (const auto& c : cpu_call.converted) bits.emplace_back(c.is_conj(), c.is_neg());
+  std::vector<std::pair<size_t, at::Generator>> generators;  // argument index, openreg generator
+  if (capturing)
+    for (size_t i = 0; i < num_args; ++i)
+      if (ArgumentConverter::isGeneratorArg(op.schema().arguments()[i]))
+        generators.emplace_back(i, cpu_call.args[i].toGenerator());
+  CpuKernel kernel{op, std::move(cpu_call.args), std::move(cpu_call.converted), std::move(fresh_views),
+                   std::move(slots), std::move(bits)};
+  if (!generators.empty())
+    return launchReplayingGenerators(stream, std::move(kernel), std::move(generators), originals,
+                                     writes);
+  launchKernel(stream, std::move(kernel), originals, writes);
 }
 
 // The index in call.converted of the converted argument `t`, or -1.

@@ -283,6 +283,38 @@ def test_random_ops_draw_new_numbers_on_each_replay():
     assert not torch.equal(first, y.cpu())
 
 
+def test_each_replay_reads_and_advances_the_generator():
+    # As CUDA's philox seed and offset filled in per replay: a seed set before
+    # a replay repeats its numbers, and replays move the generator's state;
+    # the capture itself leaves it alone.
+    x = torch.ones(64, device=DEV)
+    gen = torch.Generator(device=DEV)
+    g = torch.accelerator.Graph()
+    before_capture = torch.openreg.get_rng_state(DEV)
+    with torch.openreg.stream(side_stream()), g:
+        r = torch.rand(16, device=DEV)
+        d = torch.nn.functional.dropout(x, 0.5)
+        n = torch.randn(16, device=DEV, generator=gen)
+    assert torch.equal(torch.openreg.get_rng_state(DEV), before_capture)
+
+    def replay(seed):
+        torch.openreg.manual_seed(seed)
+        gen.manual_seed(seed)
+        g.replay()
+        torch.openreg.synchronize()
+        return r.cpu(), d.cpu(), n.cpu()
+
+    first, again, other = replay(1), replay(1), replay(2)
+    for a, b, c in zip(first, again, other):
+        assert torch.equal(a, b)
+        assert not torch.equal(a, c)
+    torch.openreg.manual_seed(3)
+    seeded = torch.openreg.get_rng_state(DEV)
+    g.replay()
+    assert not torch.equal(torch.openreg.get_rng_state(DEV), seeded)
+    torch.openreg.synchronize()
+
+
 def test_torch_cuda_style_graph_context_manager():
     # Code written for torch.cuda.graph(g) ports by the module's name alone.
     x = torch.ones(100, device=DEV)
