@@ -29,8 +29,13 @@ def _lazy_init() -> None:
     """Initialises the device runtime, as torch.cuda._lazy_init: PyTorch calls it
     (torch.accelerator.set_device_index, set_stream) and then expects
     is_initialized() to be true (DeviceMesh keeps a device chosen before it only
-    then). Raises in a forked child of an initialised parent."""
+    then). Raises in a forked child of an initialised parent, and without a
+    usable device (as torch.cuda's "No CUDA GPUs are available")."""
     _raise_if_forked()
+    if _C._is_initialized():
+        return
+    if _C._config_error() or _C._device_count() == 0:
+        _C._check_device(0)  # raises, naming the setting that left no usable device
     _C._init()
 
 

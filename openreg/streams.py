@@ -84,6 +84,8 @@ class Event(torch.Event):
 
     def elapsed_time(self, end_event: torch.Event) -> float:
         """Milliseconds between this event and ``end_event`` (both recorded and complete)."""
+        if not isinstance(end_event, torch.Event):  # a TypeError, as torch.cuda's binding raises
+            raise TypeError(f"elapsed_time(): expected a torch.Event, got {type(end_event).__name__}")
         return _C._event_elapsed_time(self, end_event)
 
 

@@ -126,6 +126,13 @@ def test_event_elapsed_time_of_known_kernel():
     assert 115 <= ms < 1000, ms  # the bound catches a unit error, not a slow runner
 
 
+def test_elapsed_time_of_a_non_event_is_a_type_error():
+    start = torch.openreg.Event(enable_timing=True)
+    for other in (5, None):
+        with pytest.raises(TypeError, match="expected a torch.Event"):
+            start.elapsed_time(other)
+
+
 def test_elapsed_time_requires_timing():
     a, b = torch.openreg.Event(), torch.openreg.Event()
     a.record()
