@@ -71,6 +71,8 @@ class OpenRegInterface(DeviceInterface):
 
     @staticmethod
     def exchange_device(device: int) -> int:
+        if device < 0:
+            return -1  # a no-op that initialises nothing, as torch.cuda._exchange_device(-1)
         openreg._lazy_init()
         return openreg._C._exchange_device(device)
 

@@ -108,6 +108,8 @@ class device:
         self.prev_idx = -1
 
     def __enter__(self):
+        if self.idx < 0:
+            return  # touches no device, as torch.cuda's (CPU code runs without one)
         _lazy_init()
         self.prev_idx = _C._exchange_device(self.idx)
 

@@ -9,6 +9,7 @@
 #include <c10/core/GeneratorImpl.h>
 
 #include "OpenRegFunctions.h"
+#include "OpenRegStream.h"
 #include "driver/Driver.h"
 
 namespace openreg {
@@ -55,26 +56,34 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
  public:
   explicit OpenRegGeneratorImpl(c10::DeviceIndex device, uint64_t seed = c10::default_rng_seed_val)
       : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device),
-                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {
-    set_current_seed(seed);
-  }
+                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+        seed_(seed) {}
 
   void set_current_seed(uint64_t seed) override {
+    assertNotCapturing("set_current_seed");
     seed_ = seed;
     offset_ = 0;
   }
   void set_offset(uint64_t offset) override {
+    assertNotCapturing("set_offset");
     checkOffset(offset);
     offset_ = offset;
   }
-  uint64_t get_offset() const override { return offset_; }
-  uint64_t current_seed() const override { return seed_; }
+  uint64_t get_offset() const override {
+    assertNotCapturing("get_offset");
+    return offset_;
+  }
+  uint64_t current_seed() const override {
+    assertNotCapturing("current_seed");
+    return seed_;
+  }
   uint64_t seed() override {
     uint64_t random = c10::detail::getNonDeterministicRandom();
     set_current_seed(random);
     return random;
   }
   void set_state(const c10::TensorImpl& state) override {
+    assertNotCapturing("set_state");
     at::detail::check_rng_state(state);  // a CPU, contiguous ByteTensor, as CUDA requires
     TORCH_CHECK(state.dtype() == caffe2::TypeMeta::Make<uint8_t>() && state.numel() == kStateBytes,
                 "RNG state for openreg must be a torch.ByteTensor of ", kStateBytes,
@@ -86,6 +95,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     offset_ = words[1];
   }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    assertNotCapturing("get_state");
     auto state = at::detail::empty_cpu({kStateBytes}, at::kByte, std::nullopt, std::nullopt,
                                        std::nullopt, std::nullopt);
     uint64_t words[2] = {seed_, offset_};
@@ -113,6 +123,16 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
 
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;
+  // As CUDA's generator: a graph's replays read the generator when they are
+  // launched, so a state read or set on the host during the capture would
+  // hold for the capture only (torch.utils.checkpoint's saved state would not
+  // match what the replayed forward drew).
+  void assertNotCapturing(const char* call) const {
+    TORCH_CHECK(!currentStreamIsCapturing(device().index()),
+                "Cannot call OpenRegGeneratorImpl::", call,
+                " during graph capture: each replay reads and advances the generator, so a state "
+                "read or set here would not hold for the replays.");
+  }
   // CUDA's Philox check (set_philox_offset_per_thread): kernels move it by 4.
   static void checkOffset(uint64_t offset) {
     TORCH_CHECK(offset % 4 == 0, "offset must be a multiple of 4");
@@ -127,8 +147,7 @@ std::array<at::Generator, orMaxDevices> g_defaults;
 const at::Generator& getDefaultGenerator(c10::DeviceIndex device) {
   device = resolve_device(device);
   std::call_once(g_once[device], [&] {
-    g_defaults[device] = at::make_generator<OpenRegGeneratorImpl>(device);
-    g_defaults[device].set_current_seed(c10::default_rng_seed_val);
+    g_defaults[device] = at::make_generator<OpenRegGeneratorImpl>(device);  // seeded, even in a capture
   });
   return g_defaults[device];
 }

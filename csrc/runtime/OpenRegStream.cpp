@@ -174,6 +174,12 @@ std::vector<orStream> computeStreams(c10::DeviceIndex device) {
   return streams;
 }
 
+bool currentStreamIsCapturing(c10::DeviceIndex device) {
+  if (device < 0 || device >= orMaxDevices) return false;
+  orStream raw = g_devices[device].streams[t_current[device]].load(std::memory_order_acquire);
+  return raw && orStreamIsCapturing(raw);
+}
+
 namespace {
 std::mutex g_waiters_mutex;
 std::vector<DeviceSynchronizeWaiter> g_waiters;  // GUARDED_BY g_waiters_mutex

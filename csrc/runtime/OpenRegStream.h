@@ -77,6 +77,9 @@ void synchronizeComputeStreams(c10::DeviceIndex device, bool raisesKernelErrors 
 // never created has nothing queued): to order a release after their queued
 // work with events, where waiting would block the caller.
 std::vector<orStream> computeStreams(c10::DeviceIndex device);
+// Whether the calling thread's current stream of `device` captures a graph,
+// without creating that stream (nor initialising the device) to find out.
+bool currentStreamIsCapturing(c10::DeviceIndex device);
 // Raises for `error`; a kernel failure (orErrorLaunchFailure) with the failed
 // kernel's exception `cause`, reported at this later call as CUDA reports its
 // asynchronous errors. `where`: the stream, event or device it was seen on.

@@ -468,7 +468,8 @@ def test_zero_devices_leave_cpu_code_working(python):
                 print(call())
             except RuntimeError as e:
                 print(type(e).__name__, str(e).splitlines()[0])
-        print(torch.openreg.is_initialized())
+        with torch.openreg.device_of(torch.ones(2)), torch.openreg.device(None):  # no-ops
+            print(torch.openreg.is_initialized())
     """, env={"OPENREG_DEVICE_COUNT": "0"})
     assert r.returncode == 0, r.stderr
     error = "AcceleratorError openreg error: no openreg devices are available (OPENREG_DEVICE_COUNT=0)"

@@ -315,6 +315,22 @@ def test_each_replay_reads_and_advances_the_generator():
     torch.openreg.synchronize()
 
 
+def test_generator_state_is_refused_during_a_capture():
+    # As CUDA's: the state would hold for the capture only, not the replays
+    # (torch.utils.checkpoint's saved state would not match the replayed forward).
+    x = torch.ones(8, device=DEV)
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(side_stream()), g:
+        for call in (lambda: torch.openreg.get_rng_state(DEV), lambda: torch.openreg.manual_seed(1),
+                     lambda: torch.openreg.set_rng_state(torch.openreg.get_rng_state(DEV), DEV)):
+            with pytest.raises(RuntimeError, match="during graph capture"):
+                call()
+        y = x * 2
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((8,), 2.0))
+    torch.openreg.get_rng_state(DEV)  # fine again
+
+
 def test_torch_cuda_style_graph_context_manager():
     # Code written for torch.cuda.graph(g) ports by the module's name alone.
     x = torch.ones(100, device=DEV)
