@@ -278,8 +278,8 @@ class DeviceCache {
       // A capturing stream takes no event: recorded once its capture ends
       // (CUDA defers these too), until then the block waits.
       orStream raw = rawStream(s);
-      if (orStreamIsCapturing(raw)) pending.deferred.push_back(raw);
-      else pending.events.push_back(recordedEvent(raw));
+      if (orEvent e = recordedEvent(raw)) pending.events.push_back(e);
+      else pending.deferred.push_back(raw);
     }
     block->stream_uses.clear();
     pending_.push_back(std::move(pending));
@@ -582,10 +582,18 @@ class DeviceCache {
     for (c10::DeviceIndex d : others) synchronizeComputeStreams(d, /*raisesKernelErrors=*/false);
   }
 
+  // An event recorded on `s` now, or null if `s` captures (checked with the
+  // record: a capture may begin on another thread at any time).
   static orEvent recordedEvent(orStream s) {
     orEvent event = nullptr;
     OPENREG_CHECK(orEventCreate(&event, false));
-    OPENREG_CHECK(orEventRecord(event, s));
+    const orError error = orEventRecordUnlessCapturing(event, s);
+    if (error == orErrorStreamCaptureUnsupported) {
+      orEventDestroy(event);
+      return nullptr;
+    }
+    if (error != orSuccess) orEventDestroy(event);
+    OPENREG_CHECK(error);
     return event;
   }
 
@@ -624,11 +632,13 @@ class DeviceCache {
   static bool eventsDone(std::vector<orEvent>& events, std::vector<orStream>& deferred,
                          bool skipIdle) {
     for (auto s = deferred.begin(); s != deferred.end();) {
-      if (orStreamIsCapturing(*s)) {
-        ++s;
-      } else {
-        if (!skipIdle || !orStreamIsIdle(*s)) events.push_back(recordedEvent(*s));
+      if (skipIdle && orStreamIsIdle(*s)) {  // (false while it captures)
         s = deferred.erase(s);
+      } else if (orEvent e = recordedEvent(*s)) {
+        events.push_back(e);
+        s = deferred.erase(s);
+      } else {
+        ++s;  // still capturing
       }
     }
     bool done = deferred.empty();

@@ -219,6 +219,11 @@ using orEvent = orEvent_st*;
 orError orEventCreate(orEvent* event, bool enable_timing);
 orError orEventDestroy(orEvent event);
 orError orEventRecord(orEvent event, orStream stream);
+// For the runtime's own ordering (the allocator): records a timing-less,
+// non-interprocess `event` on `stream` unless the stream captures, checked
+// atomically with the record (orErrorStreamCaptureUnsupported then, recording
+// nothing): such a record must never become a point of a program's capture.
+orError orEventRecordUnlessCapturing(orEvent event, orStream stream);
 orError orStreamWaitEvent(orStream stream, orEvent event);
 // orSuccess once the recorded work ran, orErrorNotReady before; once it ran,
 // orErrorLaunchFailure if a kernel of its stream failed (sticky, as CUDA's).

@@ -685,6 +685,26 @@ orError orEventRecord(orEvent event, orStream stream) {
   return orSuccess;
 }
 
+orError orEventRecordUnlessCapturing(orEvent event, orStream stream) {
+  OR_RETURN_IF_FORKED();
+  if (!event || !stream || event->timing || event->ipc) return orErrorInvalidValue;
+  auto record = std::make_shared<Record>();
+  record->stream = stream;
+  record->clock = detail::sanitizerSnapshot(stream);
+  {
+    // Under the mutex orStreamBeginCapture (and a fork into a capture) takes.
+    std::lock_guard<std::mutex> lock(stream->mutex);
+    if (stream->capture) return orErrorStreamCaptureUnsupported;
+    stream->queue.push_back([] {});
+    stream->pending.fetch_add(1, std::memory_order_relaxed);
+    record->seq = stream->enqueued.fetch_add(1) + 1;
+  }
+  stream->work_cv.notify_one();
+  std::lock_guard<std::mutex> lock(event->mutex);
+  event->record = std::move(record);
+  return orSuccess;
+}
+
 namespace {
 // A wait for an event recorded in a capture: `stream` forks into the capture
 // (its kernels are recorded there from now on), or, being the origin, joins
