@@ -342,6 +342,9 @@ class DeviceCache {
   // views of device memory (Launch.h), never a block it would free here.
   void emptyCache() {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Events owed by streams whose capture ended are recorded before the
+    // wait, so that it covers them (as CUDA inserts its deferred events).
+    processPendingFrees();
     // Cached blocks may still be read by queued kernels of their stream; the
     // driver's free is immediate, so wait first (cudaFree synchronises too).
     waitForDeviceAndPendingUses();

@@ -60,6 +60,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
         seed_(seed) {}
 
   void set_current_seed(uint64_t seed) override {
+    if (seed == seed_ && currentStreamIsCapturing(device().index())) return;  // as CUDA's: a no-op
     assertNotCapturing("set_current_seed");
     seed_ = seed;
     offset_ = 0;
@@ -73,10 +74,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     assertNotCapturing("get_offset");
     return offset_;
   }
-  uint64_t current_seed() const override {
-    assertNotCapturing("current_seed");
-    return seed_;
-  }
+  uint64_t current_seed() const override { return seed_; }  // the same for every replay
   uint64_t seed() override {
     uint64_t random = c10::detail::getNonDeterministicRandom();
     set_current_seed(random);
@@ -123,15 +121,18 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
 
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;
-  // As CUDA's generator: a graph's replays read the generator when they are
-  // launched, so a state read or set on the host during the capture would
-  // hold for the capture only (torch.utils.checkpoint's saved state would not
-  // match what the replayed forward drew).
+  // A graph's replays read the generator when they are launched, so an
+  // offset or state read or set on the host during the capture would hold for
+  // the capture only (torch.utils.checkpoint's saved state would not match
+  // what the replayed forward drew: wrong gradients). CUDA refuses the offset
+  // calls too; its state calls work on a per-capture offset (torch 2.10+),
+  // which openreg does not keep: refused rather than silently wrong.
   void assertNotCapturing(const char* call) const {
     TORCH_CHECK(!currentStreamIsCapturing(device().index()),
                 "Cannot call OpenRegGeneratorImpl::", call,
-                " during graph capture: each replay reads and advances the generator, so a state "
-                "read or set here would not hold for the replays.");
+                " during graph capture: each replay reads and advances the generator, and openreg "
+                "keeps no per-capture generator state (CUDA's since torch 2.10), so a state read or "
+                "set here would not hold for the replays.");
   }
   // CUDA's Philox check (set_philox_offset_per_thread): kernels move it by 4.
   static void checkOffset(uint64_t offset) {

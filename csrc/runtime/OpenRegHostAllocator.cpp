@@ -31,12 +31,14 @@ class BlockUseEvent {
   void record(const c10::Stream& stream) {
     // A graph's copy from the block runs at each replay: the block is never
     // free again (CUDA's host allocator leaks such blocks on purpose).
-    if (orStreamIsCapturing(rawStream(stream))) {
+    // (Checked with the record: a capture may begin on another thread.)
+    OPENREG_CHECK(orEventCreate(&event_, /*enable_timing=*/false));
+    const orError error = orEventRecordUnlessCapturing(event_, rawStream(stream));
+    if (error == orErrorStreamCaptureUnsupported) {
       captured_ = true;
       return;
     }
-    OPENREG_CHECK(orEventCreate(&event_, /*enable_timing=*/false));
-    OPENREG_CHECK(orEventRecord(event_, rawStream(stream)));
+    OPENREG_CHECK(error);
   }
   // A failed stream runs nothing more: its uses are over too.
   bool done() const { return !captured_ && orEventQueryNoSync(event_) != orErrorNotReady; }

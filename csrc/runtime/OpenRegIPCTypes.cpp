@@ -231,14 +231,17 @@ void releaseImported(void* context) {
   try {
     std::vector<c10::Stream> streams{getCurrentStream(imported->device)};
     streams.insert(streams.end(), imported->used_on.begin(), imported->used_on.end());
-    // A graph captured now may replay over the memory: kept for good.
-    for (const auto& stream : streams)
-      if (orStreamIsCapturing(rawStream(stream))) return;
     for (const auto& stream : streams) {
       orEvent event = nullptr;
       if (orEventCreate(&event, false) != orSuccess) continue;
       events.push_back(event);
-      if (orEventRecord(event, rawStream(stream)) != orSuccess) {  // a failed stream: passed
+      const orError error = orEventRecordUnlessCapturing(event, rawStream(stream));
+      if (error == orErrorStreamCaptureUnsupported) {
+        // A graph captured now may replay over the memory: kept for good.
+        for (orEvent e : events) orEventDestroy(e);
+        return;
+      }
+      if (error != orSuccess) {  // a failed stream: passed
         orEventDestroy(event);
         events.pop_back();
       }

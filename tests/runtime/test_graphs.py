@@ -212,6 +212,24 @@ def test_freeing_a_tensor_used_by_a_capture_waits_for_the_capture():
     torch.testing.assert_close(y.cpu(), torch.full((100,), 2.0))
 
 
+def test_one_empty_cache_after_a_capture_gives_back_a_block_freed_during_it():
+    x = torch.ones(4 << 20, device=DEV)  # 16 MiB: a segment of its own
+    s = side_stream()
+    x.record_stream(s)
+    torch.openreg.synchronize()
+    x_ptr = x.data_ptr()
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(s), g:
+        y = torch.ones(4, device=DEV) * 2
+        del x  # used by the capturing stream: its event is owed until the capture ends
+    torch.openreg.synchronize()
+    torch.openreg.empty_cache()  # records the owed event before it waits
+    assert all(not (seg["address"] <= x_ptr < seg["address"] + seg["total_size"])
+               for seg in torch.openreg.memory_snapshot() if seg["device"] == DEV.index)
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((4,), 2.0))
+
+
 def test_pinned_source_of_a_captured_copy_is_kept():
     dst = torch.empty(1000, device=DEV)
     g = torch.accelerator.Graph()
@@ -316,15 +334,17 @@ def test_each_replay_reads_and_advances_the_generator():
 
 
 def test_generator_state_is_refused_during_a_capture():
-    # As CUDA's: the state would hold for the capture only, not the replays
-    # (torch.utils.checkpoint's saved state would not match the replayed forward).
+    # The state would hold for the capture only, not the replays (torch.utils.
+    # checkpoint's saved state would not match the replayed forward). The seed
+    # is the same for every replay: reading it, or setting the same one, works.
     x = torch.ones(8, device=DEV)
     g = torch.accelerator.Graph()
     with torch.openreg.stream(side_stream()), g:
-        for call in (lambda: torch.openreg.get_rng_state(DEV), lambda: torch.openreg.manual_seed(1),
+        for call in (lambda: torch.openreg.get_rng_state(DEV), lambda: torch.openreg.manual_seed(torch.openreg.initial_seed() + 1),
                      lambda: torch.openreg.set_rng_state(torch.openreg.get_rng_state(DEV), DEV)):
             with pytest.raises(RuntimeError, match="during graph capture"):
                 call()
+        torch.openreg.manual_seed(torch.openreg.initial_seed())
         y = x * 2
     g.replay()
     torch.testing.assert_close(y.cpu(), torch.full((8,), 2.0))
