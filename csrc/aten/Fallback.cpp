@@ -133,9 +133,11 @@ class ArgumentConverter {
     if (isGeneratorArg(schema_arg)) {
       if (to_meta_) return arg;
       at::Generator source = openRegGenerator(arg);
-      // In a capture each replay reads the generator (replayGenerators).
-      if (deferGenerators_) return source;
-      return cpuGeneratorOf(source);
+      // In a capture each replay reads the generator (launchReplayingGenerators):
+      // the argument stays the openreg generator. Checked here, for random ops only.
+      if (!currentStreamIsCapturing(device_)) return cpuGeneratorOf(source);
+      deferredGenerators_ = true;
+      return source;
     }
     return mapTensors(arg, [&](const at::Tensor& t) { return convertTensor(t); });
   }
@@ -178,8 +180,8 @@ class ArgumentConverter {
                 arg.toGenerator().device().type(), "'");
     return arg.toGenerator();
   }
-  // Generator arguments stay openreg generators, to be read at each launch.
-  void deferGenerators() { deferGenerators_ = true; }
+  // Whether generator arguments were left openreg generators, to be read at each launch.
+  bool deferredGenerators() const { return deferredGenerators_; }
 
   static bool isGeneratorArg(const c10::Argument& a) {
     const auto& type = a.type();
@@ -200,7 +202,7 @@ class ArgumentConverter {
 
   c10::DeviceIndex device_;
   bool to_meta_;
-  bool deferGenerators_ = false;
+  bool deferredGenerators_ = false;
   ska::flat_hash_map<c10::StorageImpl*, c10::Storage> meta_storages_;
   ska::flat_hash_map<c10::StorageImpl*, c10::Storage> cpu_storages_;
 };
@@ -826,8 +828,6 @@ void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t n
   if (fresh.empty() && !writesAnArgument(op.schema())) return;
   const c10::Stream stream = getCurrentStream(device.index());
   ArgumentConverter cpu(device.index(), /*to_meta=*/false);
-  const bool capturing = orStreamIsCapturing(rawStream(stream));
-  if (capturing) cpu.deferGenerators();
   PreparedCall cpu_call = prepare(op.schema(), args, num_args, cpu);
   std::vector<at::Tensor> fresh_views;
   for (const auto& f : fresh) fresh_views.push_back(kernelView(f));
@@ -837,10 +837,9 @@ void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t n
   std::vector<std::pair<bool, bool>> bits;
   for (const auto& c : cpu_call.converted) bits.emplace_back(c.is_conj(), c.is_neg());
   std::vector<std::pair<size_t, at::Generator>> generators;  // argument index, openreg generator
-  if (capturing)
-    for (size_t i = 0; i < num_args; ++i)
-      if (ArgumentConverter::isGeneratorArg(op.schema().arguments()[i]))
-        generators.emplace_back(i, cpu_call.args[i].toGenerator());
+  if (cpu.deferredGenerators())
+    for (size_t i = 0; i < cpu_call.args.size(); ++i)
+      if (cpu_call.args[i].isGenerator()) generators.emplace_back(i, cpu_call.args[i].toGenerator());
   CpuKernel kernel{op, std::move(cpu_call.args), std::move(cpu_call.converted), std::move(fresh_views),
                    std::move(slots), std::move(bits)};
   if (!generators.empty())
