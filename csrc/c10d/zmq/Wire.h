@@ -34,6 +34,7 @@ enum class Kind : uint8_t {
   kCollective = 0,  // Channel::kCollective data
   kP2P = 1,         // Channel::kP2P data
   kAbort = 2,       // the sender's group failed; payload: the reason
+  kAbortAck = 3,    // the sender took our abort: its group has failed too; no payload
 };
 
 struct Header {

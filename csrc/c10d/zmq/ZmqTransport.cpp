@@ -96,12 +96,14 @@ ZmqTransport::ZmqTransport(int rank, int size, std::vector<bool> remote,
       monitors_(size, nullptr),
       disconnectedAt_(size),
       connected_(size),
+      peerFailed_(size),
       inbox_(2 * size),
       collRecvs_(size),
       unsent_(size, 0),
       routingIds_(size) {
   for (auto& d : disconnectedAt_) d.store(0);
   for (auto& c : connected_) c.store(false);
+  for (auto& f : peerFailed_) f.store(false);
   lastPeerCheck_ = Clock::now();
 }
 
@@ -298,6 +300,12 @@ void ZmqTransport::sendAborts(const std::string& why) {
   }
 }
 
+void ZmqTransport::sendAbortAck(int peer) {
+  std::lock_guard<std::mutex> g(sendMutex_);
+  Outgoing o{peer, makeHeader(wire::Kind::kAbortAck, 0, "abort-ack", 0, 0, 0), ZmqMessage(0)};
+  (void)sendOrDrop(o);  // best effort: the peer's wait for it is bounded
+}
+
 void ZmqTransport::closeDealer(int peer) {
   if (!dealers_[peer]) return;
   zmq_socket_monitor(dealers_[peer], nullptr, 0);
@@ -420,7 +428,7 @@ bool ZmqTransport::receiveOne() {
   if (h.src >= uint32_t(size_) || !remote_[h.src])
     return drop("sender claims rank " + std::to_string(h.src) +
                 ", which is no remote member of this group");
-  if (h.kind > static_cast<uint8_t>(wire::Kind::kAbort))
+  if (h.kind > static_cast<uint8_t>(wire::Kind::kAbortAck))
     return drop("unknown message kind " + std::to_string(h.kind));
   // From here on the message names our group and a member: if it is
   // inconsistent, that member is broken and the group must fail.
@@ -440,6 +448,14 @@ bool ZmqTransport::receiveOne() {
   if (h.kind == static_cast<uint8_t>(wire::Kind::kAbort)) {
     std::string why(static_cast<const char*>(frames[2].data()), frames[2].size());
     cancel("rank " + std::to_string(h.src) + " failed: " + why, /*propagate=*/false);
+    peerFailed_[h.src].store(true);
+    sendAbortAck(h.src);  // after cancel(): our group has failed when the sender hears of it
+    notify();
+    return true;
+  }
+  if (h.kind == static_cast<uint8_t>(wire::Kind::kAbortAck)) {
+    peerFailed_[h.src].store(true);
+    notify();
     return true;
   }
   // Each member sends over one connection for the group's lifetime. A new one
@@ -756,15 +772,38 @@ void ZmqTransport::quiesce() {
     }
     return chunksInFlight_.load() == 0;
   };
-  if (waitDrained(std::chrono::seconds(2))) return;
+  if (!waitDrained(std::chrono::seconds(2))) {
+    {
+      std::lock_guard<std::mutex> g(ioMutex_);
+      dropSends_ = true;
+    }
+    wakeIo();
+    if (!waitDrained(std::chrono::seconds(10)))
+      TORCH_WARN("oreg_ccl: rank ", rank_, ": ", chunksInFlight_.load(),
+                 " message chunks still held by libzmq after a failure");
+  }
+  awaitPeersFailed(std::chrono::seconds(2));
+}
+
+void ZmqTransport::awaitPeersFailed(Clock::duration bound) {
   {
     std::lock_guard<std::mutex> g(ioMutex_);
-    dropSends_ = true;
+    if (!abortRequested_ || stopping_) return;  // not our failure to announce
   }
-  wakeIo();
-  if (!waitDrained(std::chrono::seconds(10)))
-    TORCH_WARN("oreg_ccl: rank ", rank_, ": ", chunksInFlight_.load(),
-               " message chunks still held by libzmq after a failure");
+  // A peer that left needs no word; one that does not answer (stopped, or cut
+  // off) falls back to noticing the failure when it next reads our abort.
+  auto waiting = [&] {
+    for (int p = 0; p < size_; ++p)
+      if (remote_[p] && !peerFailed_[p].load() && connected_[p].load() &&
+          disconnectedAt_[p].load() == 0)
+        return true;
+    return false;
+  };
+  const auto until = Clock::now() + bound;
+  while (waiting() && Clock::now() < until) {
+    std::unique_lock<std::mutex> lock(notifyMutex_);
+    notifyCv_.wait_for(lock, std::chrono::milliseconds(10));
+  }
 }
 
 void ZmqTransport::checkPeers() {

@@ -25,7 +25,10 @@
 // thread matches messages to posted receives and feeds the Sinks straight
 // from libzmq's buffers (no extra copy).
 //
-// Failures: cancel(propagate) sends an abort message to every peer; a peer
+// Failures: cancel(propagate) sends an abort message to every peer, and
+// quiesce() waits (bounded) until each live peer acknowledged it, so the
+// caller's error is raised only once the peers' groups have failed too: a
+// peer's late call cannot complete on data we sent before failing. A peer
 // whose connection drops while we exchange data with it fails the group
 // naming it (a killed process closes its sockets at once); a send libzmq
 // refuses fails the group at once; anything else ends in the collective's
@@ -153,6 +156,9 @@ class ZmqTransport final : public Transport {
   void wakeIo();  // make the I/O thread look at its queues (any thread)
   // An abort message to every remote peer (I/O thread).
   void sendAborts(const std::string& why);
+  void sendAbortAck(int peer);  // I/O thread
+  // After our abort: until every connected peer has failed too, or `bound`.
+  void awaitPeersFailed(Clock::duration bound);
   void closeDealer(int peer);  // I/O thread, or after it stopped
   static void releaseChunk(void* data, void* hint);
 
@@ -183,6 +189,8 @@ class ZmqTransport final : public Transport {
   bool stopping_ = false;          // GUARDED_BY(ioMutex_)
   std::vector<std::atomic<int64_t>> disconnectedAt_;  // ns (steady clock), 0: connected
   std::vector<std::atomic<bool>> connected_;
+  // Per rank: its group failed too (it aborted, or acknowledged our abort).
+  std::vector<std::atomic<bool>> peerFailed_;
   std::atomic<uint64_t> rejected_{0};
   bool dropSends_ = false;  // GUARDED_BY(ioMutex_): close the DEALERs, dropping queued data
   // Zero-copy sends: chunks libzmq still holds, and finished requests for the
