@@ -548,7 +548,7 @@ void OregBackend::workerLoop() {
         shuttingDown = shutDown_;
       }
       if (!shuttingDown) transport_->cancel(messageOf(e), /*propagate=*/true);
-      failAll(withGlobalRanks(e));
+      failAll(withGlobalRanks(e), /*announced=*/!shuttingDown);
     }
     std::lock_guard<std::mutex> g(mutex_);
     driving_ = false;
@@ -638,7 +638,7 @@ void OregBackend::runOp(Op& op) {
     // The peers of a failed collective would wait for us: fail them too.
     transport_->cancel(messageOf(e), /*propagate=*/true);
     e = withGlobalRanks(e);  // for this process's user only: peers add their own
-    failAll(e);  // quiesces the transport before any failed operation's tensors go back
+    failAll(e, /*announced=*/true);  // quiesces the transport before any tensors go back
     op.kept = op.work->complete(e);
   }
 }
@@ -686,12 +686,13 @@ std::exception_ptr OregBackend::withGlobalRanks(std::exception_ptr e) const {
   return note.empty() ? e : distError(messageOf(e) + note);
 }
 
-void OregBackend::failAll(std::exception_ptr error) {
+void OregBackend::failAll(std::exception_ptr error, bool announced) {
   {
     std::lock_guard<std::mutex> g(mutex_);  // the worker's wait predicate reads broken_
     if (!broken_) broken_ = error;
   }
   transport_->quiesce();
+  if (announced) transport_->awaitPeersFailed(std::chrono::seconds(2));
   for (auto& f : inflight_) f.work->complete(error);
   std::vector<InFlight> failed;
   failed.swap(inflight_);

@@ -279,7 +279,10 @@ class OregBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> sendImpl(std::vector<at::Tensor>& tensors, int dstRank, int tag);
   c10::intrusive_ptr<c10d::Work> allreduceCoalescedImpl(std::vector<at::Tensor>& tensors,
                                                         const c10d::AllreduceCoalescedOptions& opts);
-  void failAll(std::exception_ptr error);
+  // Fails every operation in flight with `error`. `announced`: this rank
+  // failed a collective and told its peers (cancel with propagate); the
+  // error is handed out only once they failed too (awaitPeersFailed).
+  void failAll(std::exception_ptr error, bool announced = false);
   // For a subgroup's errors: " [process group 2 (desc): its ranks 0-1 are global ranks 2, 3]".
   std::string globalRanksNote() const;
   std::exception_ptr withGlobalRanks(std::exception_ptr e) const;

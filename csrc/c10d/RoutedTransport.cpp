@@ -106,4 +106,6 @@ void RoutedTransport::quiesce() {
   zmq_->quiesce();
 }
 
+void RoutedTransport::awaitPeersFailed(Clock::duration bound) { zmq_->awaitPeersFailed(bound); }
+
 }  // namespace openreg::ccl

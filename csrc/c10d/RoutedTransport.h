@@ -41,6 +41,7 @@ class RoutedTransport final : public Transport {
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;
   void quiesce() override;
+  void awaitPeersFailed(Clock::duration bound) override;
   void shutdown() override;
 
   const ZmqTransport& zmq() const { return *zmq_; }

@@ -147,6 +147,14 @@ class Transport {
   // tensors back. Called by the progress thread.
   virtual void quiesce() {}
 
+  // After cancel(propagate) for a failed operation, before its error reaches
+  // the user: return once every peer still connected has failed its side too
+  // (or `bound` passed), so a call a peer makes after it learns of our error
+  // cannot complete on data we sent before failing. Shared memory fails its
+  // peers synchronously; a network transport waits for acknowledgements.
+  // Called by the progress thread.
+  virtual void awaitPeersFailed(Clock::duration bound) {}
+
   // The owner is done with the transport (the group shut down): release the
   // connections, first handing what was already sent to the peers, bounded.
   // A process may exit right after shutdown() returns, and a peer still

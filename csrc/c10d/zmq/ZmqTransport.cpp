@@ -530,6 +530,7 @@ void ZmqTransport::ioLoop() {
         if (!dealers_[p]) continue;
         setOption(dealers_[p], ZMQ_LINGER, 0);
         closeDealer(p);
+        connected_[p].store(false);  // unmonitored from here on: not waited for (awaitPeersFailed)
         if (!aborted) continue;
         try {
           void* d = zmq_socket(ctx_, ZMQ_DEALER);
@@ -782,7 +783,6 @@ void ZmqTransport::quiesce() {
       TORCH_WARN("oreg_ccl: rank ", rank_, ": ", chunksInFlight_.load(),
                  " message chunks still held by libzmq after a failure");
   }
-  awaitPeersFailed(std::chrono::seconds(2));
 }
 
 void ZmqTransport::awaitPeersFailed(Clock::duration bound) {
@@ -790,6 +790,7 @@ void ZmqTransport::awaitPeersFailed(Clock::duration bound) {
     std::lock_guard<std::mutex> g(ioMutex_);
     if (!abortRequested_ || stopping_) return;  // not our failure to announce
   }
+  if (!acksDeadline_) acksDeadline_ = Clock::now() + bound;
   // A peer that left needs no word; one that does not answer (stopped, or cut
   // off) falls back to noticing the failure when it next reads our abort.
   auto waiting = [&] {
@@ -799,8 +800,7 @@ void ZmqTransport::awaitPeersFailed(Clock::duration bound) {
         return true;
     return false;
   };
-  const auto until = Clock::now() + bound;
-  while (waiting() && Clock::now() < until) {
+  while (waiting() && Clock::now() < *acksDeadline_) {
     std::unique_lock<std::mutex> lock(notifyMutex_);
     notifyCv_.wait_for(lock, std::chrono::milliseconds(10));
   }

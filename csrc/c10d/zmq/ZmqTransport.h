@@ -25,10 +25,9 @@
 // thread matches messages to posted receives and feeds the Sinks straight
 // from libzmq's buffers (no extra copy).
 //
-// Failures: cancel(propagate) sends an abort message to every peer, and
-// quiesce() waits (bounded) until each live peer acknowledged it, so the
-// caller's error is raised only once the peers' groups have failed too: a
-// peer's late call cannot complete on data we sent before failing. A peer
+// Failures: cancel(propagate) sends an abort message to every peer, which
+// each acknowledges once its own group has failed (awaitPeersFailed waits for
+// that); a peer
 // whose connection drops while we exchange data with it fails the group
 // naming it (a killed process closes its sockets at once); a send libzmq
 // refuses fails the group at once; anything else ends in the collective's
@@ -40,6 +39,7 @@
 #include <deque>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -95,6 +95,7 @@ class ZmqTransport final : public Transport {
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;
   void quiesce() override;
+  void awaitPeersFailed(Clock::duration bound) override;
   void shutdown() override;
 
   // One non-blocking round of progress; true if anything moved. Throws the
@@ -157,8 +158,6 @@ class ZmqTransport final : public Transport {
   // An abort message to every remote peer (I/O thread).
   void sendAborts(const std::string& why);
   void sendAbortAck(int peer);  // I/O thread
-  // After our abort: until every connected peer has failed too, or `bound`.
-  void awaitPeersFailed(Clock::duration bound);
   void closeDealer(int peer);  // I/O thread, or after it stopped
   static void releaseChunk(void* data, void* hint);
 
@@ -191,6 +190,7 @@ class ZmqTransport final : public Transport {
   std::vector<std::atomic<bool>> connected_;
   // Per rank: its group failed too (it aborted, or acknowledged our abort).
   std::vector<std::atomic<bool>> peerFailed_;
+  std::optional<Clock::time_point> acksDeadline_;  // progress thread: one bound per failure
   std::atomic<uint64_t> rejected_{0};
   bool dropSends_ = false;  // GUARDED_BY(ioMutex_): close the DEALERs, dropping queued data
   // Zero-copy sends: chunks libzmq still holds, and finished requests for the
