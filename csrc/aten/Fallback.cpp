@@ -792,20 +792,23 @@ struct CpuKernel {
   }
 };
 
-// A random kernel captured in a graph: each replay of the graph reads the
-// openreg generators' state and advances it (made at each launch, on the
-// replaying thread in the host's order of replays), as a CUDA graph's philox
-// seed and offset are filled in per replay. So manual_seed before a replay
-// repeats its numbers, and get_rng_state moves with replays. The capture
-// itself leaves the generators alone, as CUDA's.
+// A random kernel captured in a graph: its draws are fixed within the
+// capture (drawInCapture), and each replay of the graph adds them to the
+// openreg generators' offset at its launch and advances it (on the replaying
+// thread, in the host's order of replays), as a CUDA graph's philox seed and
+// offset are filled in per replay. So manual_seed before a replay repeats its
+// numbers, and get_rng_state moves with replays. The capture itself leaves
+// the generators' offset alone, as CUDA's.
 void launchReplayingGenerators(const c10::Stream& stream, CpuKernel kernel,
-                               std::vector<std::pair<size_t, at::Generator>> generators,
+                               const std::vector<std::pair<size_t, at::Generator>>& generators,
                                const std::vector<at::Tensor>& reads,
                                const std::vector<at::Tensor>& writes) {
+  std::vector<std::pair<size_t, std::function<at::Generator()>>> draws;
+  for (const auto& [index, generator] : generators) draws.emplace_back(index, drawInCapture(generator));
   orStream raw = rawStream(stream);
-  orPrepare prepare = [kernel = std::move(kernel), generators = std::move(generators)](orStream) {
+  orPrepare prepare = [kernel = std::move(kernel), draws = std::move(draws)](orStream) {
     CpuKernel launch = kernel;
-    for (const auto& [index, generator] : generators) launch.cpu_args[index] = cpuGeneratorOf(generator);
+    for (const auto& [index, draw] : draws) launch.cpu_args[index] = draw();
     return std::function<void()>(std::move(launch));
   };
   orError error = orLaunchPreparedKernel(
@@ -843,8 +846,7 @@ void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t n
   CpuKernel kernel{op, std::move(cpu_call.args), std::move(cpu_call.converted), std::move(fresh_views),
                    std::move(slots), std::move(bits)};
   if (!generators.empty())
-    return launchReplayingGenerators(stream, std::move(kernel), std::move(generators), originals,
-                                     writes);
+    return launchReplayingGenerators(stream, std::move(kernel), generators, originals, writes);
   launchKernel(stream, std::move(kernel), originals, writes);
 }
 

@@ -2,13 +2,16 @@
 
 #include <array>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
 #include <c10/core/GeneratorImpl.h>
 
 #include "OpenRegFunctions.h"
+#include "OpenRegGraph.h"
 #include "OpenRegStream.h"
 #include "driver/Driver.h"
 
@@ -52,6 +55,14 @@ at::Generator cpuGeneratorAt(uint64_t seed, uint64_t offset) {
 // So a state names the same numbers in every process and on every device,
 // whichever way it was reached, and a kernel's numbers do not depend on when
 // its stream runs it (get_state need not wait for queued kernels).
+// One generator's draws in one graph capture (CUDA's CUDAGeneratorCaptureState).
+struct CaptureDraws {
+  uint64_t offset = 0;  // the next draw's, from the start of a replay (get/set_state act on it)
+  // Of the replay being launched: set by the capture's replay prologue.
+  uint64_t seed = 0;
+  uint64_t base = 0;
+};
+
 class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
  public:
   explicit OpenRegGeneratorImpl(c10::DeviceIndex device, uint64_t seed = c10::default_rng_seed_val)
@@ -59,9 +70,14 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
         seed_(seed) {}
 
+  // The setters and getters run under mutex_ (Python's bindings take it).
   void set_current_seed(uint64_t seed) override {
-    if (seed == seed_ && currentStreamIsCapturing(device().index())) return;  // as CUDA's: a no-op
-    assertNotCapturing("set_current_seed");
+    if (currentCaptureId(device().index())) {
+      TORCH_CHECK(seed == seed_,
+                  "OpenRegGeneratorImpl::set_current_seed can be called during stream capture only "
+                  "if new seed is the same as the original seed.");
+      return;  // as CUDA's: a no-op
+    }
     seed_ = seed;
     offset_ = 0;
   }
@@ -76,12 +92,12 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
   }
   uint64_t current_seed() const override { return seed_; }  // the same for every replay
   uint64_t seed() override {
+    assertNotCapturing("seed");
     uint64_t random = c10::detail::getNonDeterministicRandom();
     set_current_seed(random);
     return random;
   }
   void set_state(const c10::TensorImpl& state) override {
-    assertNotCapturing("set_state");
     at::detail::check_rng_state(state);  // a CPU, contiguous ByteTensor, as CUDA requires
     TORCH_CHECK(state.dtype() == caffe2::TypeMeta::Make<uint8_t>() && state.numel() == kStateBytes,
                 "RNG state for openreg must be a torch.ByteTensor of ", kStateBytes,
@@ -89,14 +105,18 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     uint64_t words[2];
     std::memcpy(words, state.data(), kStateBytes);
     checkOffset(words[1]);
-    seed_ = words[0];
+    set_current_seed(words[0]);
+    if (auto draws = captureDraws()) {
+      draws->offset = words[1];
+      return;
+    }
     offset_ = words[1];
   }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
-    assertNotCapturing("get_state");
     auto state = at::detail::empty_cpu({kStateBytes}, at::kByte, std::nullopt, std::nullopt,
                                        std::nullopt, std::nullopt);
-    uint64_t words[2] = {seed_, offset_};
+    auto draws = const_cast<OpenRegGeneratorImpl*>(this)->captureDraws();
+    uint64_t words[2] = {seed_, draws ? draws->offset : offset_};
     std::memcpy(state.data_ptr(), words, kStateBytes);
     return state.getIntrusivePtr();
   }
@@ -109,6 +129,15 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     return generator;
   }
 
+  // A kernel being captured: its offset within the capture (see the header).
+  std::function<at::Generator()> forCapturedKernel() {
+    auto draws = captureDraws();
+    TORCH_CHECK(draws, "openreg: a random kernel is being captured outside a graph capture");
+    const uint64_t offset = draws->offset;
+    draws->offset += kOffsetPerKernel;
+    return [draws, offset] { return cpuGeneratorAt(draws->seed, draws->base + offset); };
+  }
+
  private:
   static constexpr int64_t kStateBytes = 16;
   static constexpr uint64_t kOffsetPerKernel = 4;
@@ -119,20 +148,46 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     return copy;
   }
 
+  // This generator's draws in the capture the current stream takes part in,
+  // made on first use; null outside a capture.
+  std::shared_ptr<CaptureDraws> captureDraws() {
+    const auto id = currentCaptureId(device().index());
+    if (!id) return nullptr;
+    auto& draws = captures_[*id];
+    if (draws) return draws;
+    draws = std::make_shared<CaptureDraws>();
+    for (auto it = captures_.begin(); it != captures_.end();)  // forget ended captures
+      it = it->first != *id && !captureIsOpen(it->first) ? captures_.erase(it) : std::next(it);
+    // Each replay, when launched, runs this before any of the capture's
+    // kernels draws: the replay starts at the generator's offset and moves
+    // it on by all the capture drew (its final offset, as CUDA's).
+    orPrepare prologue = [self = c10::intrusive_ptr<OpenRegGeneratorImpl>::reclaim_copy(this),
+                          draws](orStream) {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      draws->seed = self->seed_;
+      draws->base = self->offset_;
+      self->offset_ += draws->offset;
+      return std::function<void()>([] {});
+    };
+    orStream stream = rawStream(getCurrentStream(device().index()));
+    const orError error = orLaunchPreparedKernel(stream, std::move(prologue), {});
+    if (error != orSuccess) {
+      captures_.erase(*id);
+      checkKernelError(error, c10::str(getCurrentStream(device().index())),
+                       orStreamLastException(stream));
+    }
+    return draws;
+  }
+
   uint64_t seed_ = 0;
   uint64_t offset_ = 0;
-  // A graph's replays read the generator when they are launched, so an
-  // offset or state read or set on the host during the capture would hold for
-  // the capture only (torch.utils.checkpoint's saved state would not match
-  // what the replayed forward drew: wrong gradients). CUDA refuses the offset
-  // calls too; its state calls work on a per-capture offset (torch 2.10+),
-  // which openreg does not keep: refused rather than silently wrong.
+  std::unordered_map<uint64_t, std::shared_ptr<CaptureDraws>> captures_;  // by capture id
+
+  // CUDA refuses these during a capture too: the offset they name would not
+  // be the replays' (each starts where the generator is when it is launched).
   void assertNotCapturing(const char* call) const {
-    TORCH_CHECK(!currentStreamIsCapturing(device().index()),
-                "Cannot call OpenRegGeneratorImpl::", call,
-                " during graph capture: each replay reads and advances the generator, and openreg "
-                "keeps no per-capture generator state (CUDA's since torch 2.10), so a state read or "
-                "set here would not hold for the replays.");
+    TORCH_CHECK(!currentStreamIsCapturing(device().index()), "Cannot call OpenRegGeneratorImpl::",
+                call, " during graph capture");
   }
   // CUDA's Philox check (set_philox_offset_per_thread): kernels move it by 4.
   static void checkOffset(uint64_t offset) {
@@ -162,6 +217,13 @@ at::Generator cpuGeneratorOf(const at::Generator& generator) {
   TORCH_CHECK(impl, "Expected an openreg generator, got one for ", generator.device());
   std::lock_guard<std::mutex> lock(impl->mutex_);
   return impl->forKernel();
+}
+
+std::function<at::Generator()> drawInCapture(const at::Generator& generator) {
+  auto* impl = dynamic_cast<OpenRegGeneratorImpl*>(generator.unsafeGetGeneratorImpl());
+  TORCH_CHECK(impl, "Expected an openreg generator, got one for ", generator.device());
+  std::lock_guard<std::mutex> lock(impl->mutex_);
+  return impl->forCapturedKernel();
 }
 
 }  // namespace openreg

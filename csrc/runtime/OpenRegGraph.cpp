@@ -18,6 +18,7 @@
 
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include "LaunchingOp.h"
 #include "OpenRegCachingAllocator.h"
@@ -30,6 +31,22 @@
 
 namespace openreg {
 namespace {
+
+// Open captures by the stream that began them (the origin every stream of
+// the capture reports): what per-capture state (the generators') keys on.
+std::mutex g_captures_mutex;
+std::unordered_map<orStream, uint64_t> g_open_captures;  // GUARDED_BY g_captures_mutex
+uint64_t g_next_capture_id = 1;                          // GUARDED_BY g_captures_mutex
+
+void openCapture(orStream origin) {
+  std::lock_guard<std::mutex> lock(g_captures_mutex);
+  g_open_captures[origin] = g_next_capture_id++;
+}
+
+void closeCapture(orStream origin) {
+  std::lock_guard<std::mutex> lock(g_captures_mutex);
+  g_open_captures.erase(origin);
+}
 
 class OpenRegGraph final : public at::GraphImplInterface {
  public:
@@ -56,6 +73,7 @@ class OpenRegGraph final : public at::GraphImplInterface {
       releasePoolRef();
       OPENREG_CHECK(error);
     }
+    openCapture(rawStream(stream_));
     capturing_ = true;
   }
 
@@ -64,6 +82,7 @@ class OpenRegGraph final : public at::GraphImplInterface {
     TORCH_CHECK(getCurrentStream(device_) == stream_,
                 "Capture must end on the same stream it began on.");
     endAllocateToPool(device_, stream_.id());
+    closeCapture(rawStream(stream_));
     capturing_ = false;
     orGraph graph = nullptr;
     const orError error = orStreamEndCapture(rawStream(stream_), &graph);
@@ -106,6 +125,7 @@ class OpenRegGraph final : public at::GraphImplInterface {
   void reset() override {
     if (capturing_) {  // an abandoned capture: stop recording, keep nothing
       endAllocateToPool(device_, stream_.id());
+      closeCapture(rawStream(stream_));
       orGraph partial = nullptr;
       if (orStreamEndCapture(rawStream(stream_), &partial) == orSuccess) orGraphDestroy(partial);
       capturing_ = false;
@@ -165,5 +185,21 @@ void registerGraphImpl() {
 }
 
 c10::MempoolId_t graphPoolHandle() { return newPoolId(/*shared=*/true); }
+
+std::optional<uint64_t> currentCaptureId(c10::DeviceIndex device) {
+  if (!currentStreamIsCapturing(device)) return std::nullopt;
+  orStream origin = orStreamCaptureOrigin(rawStream(getCurrentStream(device)));
+  std::lock_guard<std::mutex> lock(g_captures_mutex);
+  auto it = g_open_captures.find(origin);
+  if (it == g_open_captures.end()) return std::nullopt;
+  return it->second;
+}
+
+bool captureIsOpen(uint64_t id) {
+  std::lock_guard<std::mutex> lock(g_captures_mutex);
+  for (const auto& [origin, open] : g_open_captures)
+    if (open == id) return true;
+  return false;
+}
 
 }  // namespace openreg

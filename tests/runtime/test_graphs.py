@@ -333,22 +333,88 @@ def test_each_replay_reads_and_advances_the_generator():
     torch.openreg.synchronize()
 
 
-def test_generator_state_is_refused_during_a_capture():
-    # The state would hold for the capture only, not the replays (torch.utils.
-    # checkpoint's saved state would not match the replayed forward). The seed
-    # is the same for every replay: reading it, or setting the same one, works.
-    x = torch.ones(8, device=DEV)
+def test_generator_state_during_a_capture_is_the_captures_own():
+    # CUDA's per-capture state (torch 2.10+): the seed, and an offset counted
+    # from the start of each replay; a replay from a state draws what eager
+    # draws from it. The offset calls and other seeds are refused.
+    gen0 = torch.openreg.default_generators[0]
+    torch.openreg.manual_seed(5)
+    torch.rand(3, device=DEV)  # eager offset 4: replays must not start at the capture's 0
+    eager_state = torch.openreg.get_rng_state(DEV)
+    states = {}
     g = torch.accelerator.Graph()
     with torch.openreg.stream(side_stream()), g:
-        for call in (lambda: torch.openreg.get_rng_state(DEV), lambda: torch.openreg.manual_seed(torch.openreg.initial_seed() + 1),
-                     lambda: torch.openreg.set_rng_state(torch.openreg.get_rng_state(DEV), DEV)):
+        states["start"] = torch.openreg.get_rng_state(DEV)
+        a = torch.rand(16, device=DEV)
+        states["after_a"] = torch.openreg.get_rng_state(DEV)
+        torch.openreg.set_rng_state(states["start"], DEV)
+        b = torch.rand(16, device=DEV)  # the same draw as a's, at each replay
+        c = torch.rand(16, device=DEV)
+        torch.openreg.manual_seed(5)  # the same seed: a no-op
+        with pytest.raises(RuntimeError, match="only if new seed is the same"):
+            torch.openreg.manual_seed(6)
+        for call in (gen0.get_offset, lambda: gen0.set_offset(0), gen0.seed):
             with pytest.raises(RuntimeError, match="during graph capture"):
                 call()
-        torch.openreg.manual_seed(torch.openreg.initial_seed())
-        y = x * 2
+    as_words = lambda t: t.view(torch.int64).tolist()  # noqa: E731
+    assert as_words(states["start"]) == [5, 0]
+    assert as_words(states["after_a"]) == [5, 4]
+    assert torch.equal(torch.openreg.get_rng_state(DEV), eager_state)  # the capture drew nothing
+
     g.replay()
-    torch.testing.assert_close(y.cpu(), torch.full((8,), 2.0))
-    torch.openreg.get_rng_state(DEV)  # fine again
+    assert as_words(torch.openreg.get_rng_state(DEV)) == [5, 4 + 8]  # moved by the capture's final offset
+    torch.openreg.set_rng_state(eager_state, DEV)
+    eager_a, eager_c = torch.rand(16, device=DEV), torch.rand(16, device=DEV)
+    assert torch.equal(a.cpu(), eager_a.cpu()) and torch.equal(b.cpu(), eager_a.cpu())
+    assert torch.equal(c.cpu(), eager_c.cpu())
+    assert not torch.equal(a.cpu(), c.cpu())
+
+
+def test_activation_checkpointing_in_a_capture_matches_eager():
+    # torch.utils.checkpoint saves the RNG state in the forward and restores it
+    # for the recompute in the backward: in a captured step both happen in the
+    # capture, and each replay's recompute must draw the forward's dropout mask.
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(32, 32).to(DEV)
+    x = torch.randn(8, 32, device=DEV, requires_grad=True)
+
+    def step():
+        y = torch.utils.checkpoint.checkpoint(
+            lambda t: torch.nn.functional.dropout(lin(t), 0.5).relu(), x, use_reentrant=False)
+        y.sum().backward()
+
+    def grads():
+        return [t.grad.cpu().clone() for t in (x, lin.weight, lin.bias)]
+
+    def clear():
+        for t in (x, lin.weight, lin.bias):
+            t.grad = None
+
+    stream = side_stream()
+    with torch.openreg.stream(stream):
+        step()  # warm-up, outside the capture
+    torch.openreg.current_stream(DEV).wait_stream(stream)
+    clear()
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(stream), g:
+        step()
+    by_seed = []
+    for seed in (1, 2):
+        torch.openreg.manual_seed(seed)
+        g.replay()
+        replayed = grads()
+        by_seed.append(replayed)
+        state_after = torch.openreg.get_rng_state(DEV)
+        kept = [t.grad for t in (x, lin.weight, lin.bias)]
+        clear()
+        torch.openreg.manual_seed(seed)
+        step()
+        for r, e in zip(replayed, grads()):
+            assert torch.equal(r, e)
+        assert torch.equal(torch.openreg.get_rng_state(DEV), state_after)
+        for t, k in zip((x, lin.weight, lin.bias), kept):
+            t.grad = k  # the graph's gradients again, for its next replay
+    assert not torch.equal(by_seed[0][0], by_seed[1][0])  # another seed, another mask
 
 
 def test_torch_cuda_style_graph_context_manager():
