@@ -804,7 +804,7 @@ void launchReplayingGenerators(const c10::Stream& stream, CpuKernel kernel,
                                const std::vector<at::Tensor>& reads,
                                const std::vector<at::Tensor>& writes) {
   std::vector<std::pair<size_t, std::function<at::Generator()>>> draws;
-  for (const auto& [index, generator] : generators) draws.emplace_back(index, drawInCapture(generator));
+  for (const auto& [index, generator] : generators) draws.emplace_back(index, drawInCapture(generator, stream));
   orStream raw = rawStream(stream);
   orPrepare prepare = [kernel = std::move(kernel), draws = std::move(draws)](orStream) {
     CpuKernel launch = kernel;

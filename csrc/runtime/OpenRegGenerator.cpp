@@ -61,7 +61,20 @@ struct CaptureDraws {
   // Of the replay being launched: set by the capture's replay prologue.
   uint64_t seed = 0;
   uint64_t base = 0;
+  bool replayed = false;  // a replay's prologue ran
 };
+
+// Set while a capture's replay prologue is being launched: a prologue that
+// runs then was not recorded (the capture ended meanwhile, on another thread).
+thread_local bool t_launchingPrologue = false;
+
+// The stream whose capture the generator's state calls act on: the current
+// device's current stream, as CUDA's; none outside a capture.
+std::optional<c10::Stream> capturingStream() {
+  const c10::DeviceIndex device = current_device();
+  if (!currentStreamIsCapturing(device)) return std::nullopt;
+  return getCurrentStream(device);
+}
 
 class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
  public:
@@ -72,7 +85,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
 
   // The setters and getters run under mutex_ (Python's bindings take it).
   void set_current_seed(uint64_t seed) override {
-    if (currentCaptureId(device().index())) {
+    if (capturingStream()) {
       TORCH_CHECK(seed == seed_,
                   "OpenRegGeneratorImpl::set_current_seed can be called during stream capture only "
                   "if new seed is the same as the original seed.");
@@ -106,7 +119,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     std::memcpy(words, state.data(), kStateBytes);
     checkOffset(words[1]);
     set_current_seed(words[0]);
-    if (auto draws = captureDraws()) {
+    if (auto draws = captureDraws(capturingStream())) {
       draws->offset = words[1];
       return;
     }
@@ -115,7 +128,7 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
     auto state = at::detail::empty_cpu({kStateBytes}, at::kByte, std::nullopt, std::nullopt,
                                        std::nullopt, std::nullopt);
-    auto draws = const_cast<OpenRegGeneratorImpl*>(this)->captureDraws();
+    auto draws = const_cast<OpenRegGeneratorImpl*>(this)->captureDraws(capturingStream());
     uint64_t words[2] = {seed_, draws ? draws->offset : offset_};
     std::memcpy(state.data_ptr(), words, kStateBytes);
     return state.getIntrusivePtr();
@@ -129,13 +142,17 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     return generator;
   }
 
-  // A kernel being captured: its offset within the capture (see the header).
-  std::function<at::Generator()> forCapturedKernel() {
-    auto draws = captureDraws();
-    TORCH_CHECK(draws, "openreg: a random kernel is being captured outside a graph capture");
+  // A kernel being captured on `stream`: its offset within the capture (see the header).
+  std::function<at::Generator()> forCapturedKernel(const c10::Stream& stream) {
+    auto draws = captureDraws(stream);
+    TORCH_CHECK(draws, "openreg: a random op's capture on ", stream, " ended while it was being captured");
     const uint64_t offset = draws->offset;
     draws->offset += kOffsetPerKernel;
-    return [draws, offset] { return cpuGeneratorAt(draws->seed, draws->base + offset); };
+    return [draws, offset] {
+      TORCH_CHECK(draws->replayed, "openreg: a random op's graph capture ended while it was being "
+                  "captured (on another thread): it ran outside the graph");
+      return cpuGeneratorAt(draws->seed, draws->base + offset);
+    };
   }
 
  private:
@@ -143,15 +160,16 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
   static constexpr uint64_t kOffsetPerKernel = 4;
 
   OpenRegGeneratorImpl* clone_impl() const override {
+    assertNotCapturing("clone_impl");  // its offset would be neither the capture's nor the replays'
     auto* copy = new OpenRegGeneratorImpl(device().index(), seed_);
     copy->offset_ = offset_;
     return copy;
   }
 
-  // This generator's draws in the capture the current stream takes part in,
-  // made on first use; null outside a capture.
-  std::shared_ptr<CaptureDraws> captureDraws() {
-    const auto id = currentCaptureId(device().index());
+  // This generator's draws in the capture `stream` takes part in, made on
+  // first use; null outside a capture.
+  std::shared_ptr<CaptureDraws> captureDraws(const std::optional<c10::Stream>& stream) {
+    const auto id = stream ? captureIdOf(*stream) : std::nullopt;
     if (!id) return nullptr;
     auto& draws = captures_[*id];
     if (draws) return draws;
@@ -163,18 +181,30 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
     // it on by all the capture drew (its final offset, as CUDA's).
     orPrepare prologue = [self = c10::intrusive_ptr<OpenRegGeneratorImpl>::reclaim_copy(this),
                           draws](orStream) {
+      // Run at once, not recorded: the caller holds the mutex (no replay to prepare).
+      TORCH_CHECK(!t_launchingPrologue, "openreg: a random op's graph capture ended while it was "
+                  "being captured (on another thread)");
       std::lock_guard<std::mutex> lock(self->mutex_);
       draws->seed = self->seed_;
       draws->base = self->offset_;
+      draws->replayed = true;
       self->offset_ += draws->offset;
       return std::function<void()>([] {});
     };
-    orStream stream = rawStream(getCurrentStream(device().index()));
-    const orError error = orLaunchPreparedKernel(stream, std::move(prologue), {});
+    orStream raw = rawStream(*stream);
+    t_launchingPrologue = true;
+    orError error;
+    try {
+      error = orLaunchPreparedKernel(raw, std::move(prologue), {});
+    } catch (...) {
+      t_launchingPrologue = false;
+      captures_.erase(*id);
+      throw;
+    }
+    t_launchingPrologue = false;
     if (error != orSuccess) {
       captures_.erase(*id);
-      checkKernelError(error, c10::str(getCurrentStream(device().index())),
-                       orStreamLastException(stream));
+      checkKernelError(error, c10::str(*stream), orStreamLastException(raw));
     }
     return draws;
   }
@@ -185,9 +215,9 @@ class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
 
   // CUDA refuses these during a capture too: the offset they name would not
   // be the replays' (each starts where the generator is when it is launched).
-  void assertNotCapturing(const char* call) const {
-    TORCH_CHECK(!currentStreamIsCapturing(device().index()), "Cannot call OpenRegGeneratorImpl::",
-                call, " during graph capture");
+  static void assertNotCapturing(const char* call) {
+    TORCH_CHECK(!capturingStream(), "Cannot call OpenRegGeneratorImpl::", call,
+                " during graph capture");
   }
   // CUDA's Philox check (set_philox_offset_per_thread): kernels move it by 4.
   static void checkOffset(uint64_t offset) {
@@ -209,6 +239,7 @@ const at::Generator& getDefaultGenerator(c10::DeviceIndex device) {
 }
 
 at::Generator createGenerator(c10::DeviceIndex device) {
+  TORCH_CHECK(!capturingStream(), "Cannot construct a new OpenRegGeneratorImpl during graph capture");
   return at::make_generator<OpenRegGeneratorImpl>(resolve_device(device));
 }
 
@@ -219,11 +250,12 @@ at::Generator cpuGeneratorOf(const at::Generator& generator) {
   return impl->forKernel();
 }
 
-std::function<at::Generator()> drawInCapture(const at::Generator& generator) {
+std::function<at::Generator()> drawInCapture(const at::Generator& generator,
+                                             const c10::Stream& stream) {
   auto* impl = dynamic_cast<OpenRegGeneratorImpl*>(generator.unsafeGetGeneratorImpl());
   TORCH_CHECK(impl, "Expected an openreg generator, got one for ", generator.device());
   std::lock_guard<std::mutex> lock(impl->mutex_);
-  return impl->forCapturedKernel();
+  return impl->forCapturedKernel(stream);
 }
 
 }  // namespace openreg

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <ATen/core/Generator.h>
+#include <c10/core/Stream.h>
 
 #include <functional>
 
@@ -24,11 +25,12 @@ const at::Generator& getDefaultGenerator(c10::DeviceIndex device);
 at::Generator createGenerator(c10::DeviceIndex device);
 // The CPU generator a random kernel launched now draws from (advances the offset).
 at::Generator cpuGeneratorOf(const at::Generator& generator);
-// For a random kernel being captured in a graph (the current stream
-// captures): what gives its CPU generator at each replay. As CUDA's per-capture
+// For a random kernel being captured in a graph on `stream` (the op's):
+// what gives its CPU generator at each replay. As CUDA's per-capture
 // philox state: the kernel draws at a fixed offset within the capture, and
 // each replay adds it to the generator's offset when the replay is launched,
 // then moves the generator on by the capture's total.
-std::function<at::Generator()> drawInCapture(const at::Generator& generator);
+std::function<at::Generator()> drawInCapture(const at::Generator& generator,
+                                             const c10::Stream& stream);
 
 }  // namespace openreg

@@ -186,9 +186,9 @@ void registerGraphImpl() {
 
 c10::MempoolId_t graphPoolHandle() { return newPoolId(/*shared=*/true); }
 
-std::optional<uint64_t> currentCaptureId(c10::DeviceIndex device) {
-  if (!currentStreamIsCapturing(device)) return std::nullopt;
-  orStream origin = orStreamCaptureOrigin(rawStream(getCurrentStream(device)));
+std::optional<uint64_t> captureIdOf(const c10::Stream& stream) {
+  orStream origin = orStreamCaptureOrigin(rawStream(stream));
+  if (!origin) return std::nullopt;
   std::lock_guard<std::mutex> lock(g_captures_mutex);
   auto it = g_open_captures.find(origin);
   if (it == g_open_captures.end()) return std::nullopt;

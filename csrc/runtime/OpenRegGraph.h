@@ -2,6 +2,7 @@
 #pragma once
 
 #include <c10/core/Allocator.h>
+#include <c10/core/Stream.h>
 
 #include <cstdint>
 #include <optional>
@@ -13,9 +14,9 @@ namespace openreg {
 void registerGraphImpl();
 // torch.openreg.graph_pool_handle(): a pool id graphs can share.
 c10::MempoolId_t graphPoolHandle();
-// The capture the calling thread's current stream of `device` takes part in
-// (CUDA's capture id: each capture of the process has its own), or none.
-std::optional<uint64_t> currentCaptureId(c10::DeviceIndex device);
+// The capture `stream` takes part in (CUDA's capture id: each capture of the
+// process has its own), or none.
+std::optional<uint64_t> captureIdOf(const c10::Stream& stream);
 // Whether capture `id` is still recording.
 bool captureIsOpen(uint64_t id);
 

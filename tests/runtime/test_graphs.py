@@ -370,6 +370,51 @@ def test_generator_state_during_a_capture_is_the_captures_own():
     assert not torch.equal(a.cpu(), c.cpu())
 
 
+def test_a_generator_of_another_device_draws_in_the_ops_capture():
+    # CUDA decides by the op's stream: a random op on openreg:0 with an
+    # openreg:1 generator is part of openreg:0's capture, even while openreg:1
+    # captures another graph.
+    dev1 = torch.device("openreg:1")
+    gen = torch.Generator(device=dev1)
+    gen.manual_seed(3)
+    g0, g1 = torch.accelerator.Graph(), torch.accelerator.Graph()
+    side0, side1 = torch.openreg.Stream(DEV), torch.openreg.Stream(dev1)
+    # capture_begin/end: the context manager synchronises the device, which a capture refuses.
+    with torch.openreg.device(dev1), torch.openreg.stream(side1):
+        g1.capture_begin()
+        with torch.openreg.device(DEV), torch.openreg.stream(side0):
+            g0.capture_begin()
+            y = torch.rand(4, device=DEV, generator=gen)
+            g0.capture_end()
+        torch.ones(2, device=dev1).add_(1)
+        g1.capture_end()
+    state = gen.get_state()
+    g0.replay()
+    replayed = y.cpu()
+    assert not torch.equal(gen.get_state(), state)  # the replay moved it on, as eager does
+    after = gen.get_state()
+    gen.set_state(state)
+    assert torch.equal(replayed, torch.rand(4, device=DEV, generator=gen).cpu())
+    assert torch.equal(gen.get_state(), after)
+    g1.replay()
+    torch.openreg.synchronize(dev1)
+
+
+def test_generator_copies_are_refused_during_a_capture():
+    # CUDA refuses clone_impl and new generators in a capture: a copy would
+    # hold neither the capture's offset nor the replays'.
+    gen = torch.Generator(device=DEV)
+    g = torch.accelerator.Graph()
+    with torch.openreg.stream(side_stream()), g:
+        with pytest.raises(RuntimeError, match="clone_impl during graph capture"):
+            gen.clone_state()
+        with pytest.raises(RuntimeError, match="Cannot construct a new OpenRegGeneratorImpl"):
+            torch.Generator(device=DEV)
+        torch.ones(2, device=DEV).add_(1)
+    g.replay()
+    gen.clone_state()  # fine again
+
+
 def test_activation_checkpointing_in_a_capture_matches_eager():
     # torch.utils.checkpoint saves the RNG state in the forward and restores it
     # for the recompute in the backward: in a captured step both happen in the
