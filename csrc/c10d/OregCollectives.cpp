@@ -200,7 +200,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allreduceCoalescedImpl(
   std::string desc;
   for (const auto& t : tensors) {
     specs.push_back(reduceSpec(opts.reduceOp, t, "allreduce_coalesced"));
-    desc += describe(t);
+    desc += (desc.empty() ? "" : ", ") + describe(t);
   }
   // The PREMUL_SUM factor tensor (one for all) is read by the worker too.
   std::vector<at::Tensor> inputs = tensors;
@@ -273,7 +273,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherImpl(std::vector<at::Tensor
     TORCH_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * getSize(), "oreg_ccl: ", name,
                       ": output has ", outputs[i].numel(), " elements, expected ", getSize(),
                       " x ", inputs[i].numel());
-    desc += describe(inputs[i]);
+    desc += (desc.empty() ? "" : ", ") + describe(inputs[i]);
     checkInPlaceBlock(outputs[i], inputs[i], getRank(), name, "input", "output");
   }
   checkWritable(outputs, name);
@@ -369,7 +369,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherLists(
     checkSameTypeAndSize(inputs[i], outputLists[i], name);
     checkSameDevice(inputs[0], {inputs[i]}, name);
     outs.insert(outs.end(), outputLists[i].begin(), outputLists[i].end());
-    desc += describe(inputs[i]);
+    desc += (desc.empty() ? "" : ", ") + describe(inputs[i]);
   }
   checkWritable(outs, name);
   return enqueue(type, name, desc, inputs, outs, call, [outputLists = forWorker(outputLists),
@@ -469,7 +469,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterImpl(std::vector<at::Te
                       outputs[i].numel());
     specs.push_back(reduceSpec(opts.reduceOp, inputs[i], name));
     if (specs.back().factorTensor.defined()) reads.push_back(specs.back().factorTensor);
-    desc += describe(outputs[i]);
+    desc += (desc.empty() ? "" : ", ") + describe(outputs[i]);
     checkInPlaceBlock(inputs[i], outputs[i], getRank(), name, "output", "input");
   }
   checkWritable(outputs, name);

@@ -1,5 +1,8 @@
 #include "Transport.h"
 
+#include <cstdio>
+#include <cstring>
+
 #include <c10/util/Exception.h>
 
 namespace openreg::ccl {
@@ -18,6 +21,15 @@ void onDone(const RequestPtr& req, std::function<void()> fn) {
     fn();
   else
     req->onComplete = std::move(fn);
+}
+
+std::string wireWhat(const std::string& what, size_t field) {
+  if (what.size() < field) return what;
+  uint64_t digest = 0xcbf29ce484222325ULL;  // FNV-1a: the same in every process
+  for (unsigned char ch : what) digest = (digest ^ ch) * 0x100000001b3ULL;
+  char tail[20];
+  std::snprintf(tail, sizeof(tail), " ~%016llx", static_cast<unsigned long long>(digest));
+  return what.substr(0, field - 1 - std::strlen(tail)) + tail;
 }
 
 std::string mismatchMessage(int rank, const PostedRecv& expected, int src, const std::string& what,

@@ -92,6 +92,12 @@ struct PostedRecv {
   bool take() { return !taken || !taken->exchange(true); }
 };
 
+// `what` as it travels in a message header field of `field` bytes (NUL
+// included): as is when it fits, else cut short with a digest of the whole,
+// so descriptions that differ only past the cut (a coalesced operation's
+// trailing reduce op or dtype) still compare unequal.
+std::string wireWhat(const std::string& what, size_t field);
+
 // The errors every transport raises in the same words (thrown by the caller).
 std::string mismatchMessage(int rank, const PostedRecv& expected, int src, const std::string& what,
                             size_t bytes);

@@ -21,7 +21,7 @@ from torch.distributed import ReduceOp
 from _harness import info_of, spawn
 from test_collectives import (ALL, check, gather_scatter_tensors, make, matrix, ops_for, reduce_op,
                               reference, run_allreduce)
-from test_errors import expect_dist_error, timeouts
+from test_errors import expect_dist_error, mismatches, timeouts
 from test_p2p import p2p
 
 
@@ -454,6 +454,11 @@ def mismatch_named_by_group_rank(rank, n, tmp):
     assert "rank 1 runs allreduce#0 11" not in msg, msg
     stay_until_all_raised(tmp, rank, range(n))
     os._exit(0)  # skip destroy: the group is broken
+
+
+def test_mismatches_across_hosts(tmp_path):
+    # ZeroMQ's header holds a shorter description than shared memory's.
+    spawn(mismatches, 2, tmp_path, host_of=(0, 1))
 
 
 def test_mismatch_across_hosts_names_group_ranks(tmp_path):

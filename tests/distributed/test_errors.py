@@ -23,6 +23,13 @@ def expect_dist_error(fn, *needles):
     raise AssertionError(f"no DistBackendError (expected one mentioning {needles})")
 
 
+def coalesced_all_reduce(tensors, group):
+    # One allreduce_coalesced of the backend; unlike dist.all_reduce_coalesced, mixed dtypes.
+    with dist._coalescing_manager(group=group):
+        for t in tensors:
+            dist.all_reduce(t, group=group)
+
+
 def mismatches(rank, n):
     # Each case on a fresh group: a failed group stays failed.
     cases = [
@@ -33,6 +40,11 @@ def mismatches(rank, n):
         # A long description (a coalesced list): the difference is at its end.
         lambda: dist.all_reduce_coalesced([torch.ones(1000) for _ in range(4)], group=g,
                                           op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX),
+        # ... longer than a message header holds (it travels cut short, with a digest).
+        lambda: dist.all_reduce_coalesced([torch.ones(1) for _ in range(16)], group=g,
+                                          op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX),
+        lambda: coalesced_all_reduce([torch.ones(1) for _ in range(15)] + [
+            torch.ones(1, dtype=torch.float32 if rank == 0 else torch.int32)], g),
     ]
     for case in cases:
         g = dist.new_group(list(range(n)))

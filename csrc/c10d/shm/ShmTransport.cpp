@@ -71,7 +71,7 @@ struct ShmMessageHeader {
   orIpcMemHandle device;
   uint32_t src;
   uint32_t magic;
-  char what[kMessageHeader - 64];
+  char what[kMessageHeader - 64];  // wireWhat: a long description cut short, with a digest
 };
 static_assert(sizeof(ShmMessageHeader) == kMessageHeader);
 
@@ -312,7 +312,7 @@ RequestPtr ShmTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
   h->device = single ? deviceHandleOf(data) : orIpcMemHandle{};
   h->src = static_cast<uint32_t>(rank_);
   h->magic = kMagic;
-  std::strncpy(h->what, what.c_str(), sizeof(h->what) - 1);
+  std::strncpy(h->what, wireWhat(what, sizeof(h->what)).c_str(), sizeof(h->what) - 1);
   sends_[slot(dst, ch)].push_back(std::move(s));
   pushSends(dst, ch);  // small messages usually go out right away
   return req;
@@ -339,7 +339,7 @@ RequestPtr ShmTransport::postRecv(Channel ch, int src, uint64_t tag, const std::
   auto req = std::make_shared<Request>();
   req->peer = src;
   auto r = std::make_shared<PostedRecv>(
-      PostedRecv{req, src, tag, what.substr(0, sizeof(ShmMessageHeader::what) - 1), bytes,
+      PostedRecv{req, src, tag, wireWhat(what, sizeof(ShmMessageHeader::what)), bytes,
                   std::move(sink), static_cast<char*>(direct), std::move(taken)});
   if (ch == Channel::kCollective) {
     collRecvs_[src].push_back(r);

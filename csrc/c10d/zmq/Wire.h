@@ -18,7 +18,8 @@
 // `tag` is the collective sequence number (or the user's p2p tag), and
 // `what` (e.g. "allreduce#7 1024 x Float SUM") names the operation, element
 // count and dtype: the receiver compares both, with `bytes`, against what it
-// posted.
+// posted. A longer description travels cut short with a digest of the whole
+// (wireWhat in Transport.h), so a difference past the cut is still seen.
 #pragma once
 
 #include <cstddef>

@@ -266,7 +266,7 @@ ZmqMessage ZmqTransport::makeHeader(wire::Kind kind, uint64_t tag, const std::st
   h->bytes = bytes;
   h->offset = offset;
   h->chunk = chunk;
-  std::strncpy(h->what, what.c_str(), sizeof(h->what) - 1);
+  std::strncpy(h->what, wireWhat(what, sizeof(h->what)).c_str(), sizeof(h->what) - 1);
   return m;
 }
 
@@ -592,7 +592,7 @@ RequestPtr ZmqTransport::postRecv(Channel ch, int src, uint64_t tag, const std::
   auto req = std::make_shared<Request>();
   req->peer = src;
   auto r = std::make_shared<PostedRecv>(
-      PostedRecv{req, src, tag, what.substr(0, sizeof(wire::Header::what) - 1), bytes,
+      PostedRecv{req, src, tag, wireWhat(what, sizeof(wire::Header::what)), bytes,
                  std::move(sink), nullptr, std::move(taken)});
   if (ch == Channel::kCollective)
     collRecvs_[src].push_back(r);
