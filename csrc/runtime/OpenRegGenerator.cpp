@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -48,13 +49,6 @@ at::Generator cpuGeneratorAt(uint64_t seed, uint64_t offset) {
   return generator;
 }
 
-// State as PyTorch's distributed RNG expects of an accelerator (CUDA's Philox
-// layout): 16 bytes, a uint64 seed then a uint64 offset, and nothing else:
-// each random kernel takes its own CPU generator from the (seed, offset) at
-// its launch, and the offset moves on by 4 (as a small CUDA kernel's does).
-// So a state names the same numbers in every process and on every device,
-// whichever way it was reached, and a kernel's numbers do not depend on when
-// its stream runs it (get_state need not wait for queued kernels).
 // One generator's draws in one graph capture (CUDA's CUDAGeneratorCaptureState).
 struct CaptureDraws {
   uint64_t offset = 0;  // the next draw's, from the start of a replay (get/set_state act on it)
@@ -76,6 +70,13 @@ std::optional<c10::Stream> capturingStream() {
   return getCurrentStream(device);
 }
 
+// State as PyTorch's distributed RNG expects of an accelerator (CUDA's Philox
+// layout): 16 bytes, a uint64 seed then a uint64 offset, and nothing else:
+// each random kernel takes its own CPU generator from the (seed, offset) at
+// its launch, and the offset moves on by 4 (as a small CUDA kernel's does).
+// So a state names the same numbers in every process and on every device,
+// whichever way it was reached, and a kernel's numbers do not depend on when
+// its stream runs it (get_state need not wait for queued kernels).
 class OpenRegGeneratorImpl final : public c10::GeneratorImpl {
  public:
   explicit OpenRegGeneratorImpl(c10::DeviceIndex device, uint64_t seed = c10::default_rng_seed_val)
