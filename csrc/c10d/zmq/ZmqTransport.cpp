@@ -773,16 +773,15 @@ void ZmqTransport::quiesce() {
     }
     return chunksInFlight_.load() == 0;
   };
-  if (!waitDrained(std::chrono::seconds(2))) {
-    {
-      std::lock_guard<std::mutex> g(ioMutex_);
-      dropSends_ = true;
-    }
-    wakeIo();
-    if (!waitDrained(std::chrono::seconds(10)))
-      TORCH_WARN("oreg_ccl: rank ", rank_, ": ", chunksInFlight_.load(),
-                 " message chunks still held by libzmq after a failure");
+  if (waitDrained(std::chrono::seconds(2))) return;
+  {
+    std::lock_guard<std::mutex> g(ioMutex_);
+    dropSends_ = true;
   }
+  wakeIo();
+  if (!waitDrained(std::chrono::seconds(10)))
+    TORCH_WARN("oreg_ccl: rank ", rank_, ": ", chunksInFlight_.load(),
+               " message chunks still held by libzmq after a failure");
 }
 
 void ZmqTransport::awaitPeersFailed(Clock::duration bound) {
