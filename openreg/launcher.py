@@ -59,6 +59,8 @@ def main(argv=None) -> None:
         parser.error("--devices and --nodes must be at least 1")
     if args.devices > 64:
         parser.error("--devices: a simulated host has at most 64 devices (OPENREG_DEVICE_COUNT)")
+    if args.nodes > 64:  # each is a torchrun agent on this machine, with --devices processes
+        parser.error("--nodes: at most 64 simulated hosts")
     # A bad option, layout or checkpoint directory fails here, not once per rank.
     parsed = train.parse_args(train_args)
     layout = train.layout_error(parsed, args.devices * args.nodes, args.devices)

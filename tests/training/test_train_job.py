@@ -130,6 +130,7 @@ def test_launcher_help_lists_training_options_and_rejects_typos():
     (["--devices", "3", "--strategy", "tp"], "--n-head (4) must divide by the tensor-parallel size 3"),
     (["--devices", "1", "--strategy", "dp_tp"], "dp_tp needs an even number of devices"),
     (["--devices", "65"], "at most 64 devices"),
+    (["--nodes", "500"], "at most 64 simulated hosts"),
     (["--steps", "0"], "--steps must be at least 1"),
     (["--n-embd", "100", "--n-head", "3"], "--n-embd (100) must divide by --n-head (3)"),
     (["--seq-len", "40000"], "--seq-len (40000) must be at most"),
