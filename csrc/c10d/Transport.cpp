@@ -32,6 +32,12 @@ std::string wireWhat(const std::string& what, size_t field) {
   return what.substr(0, field - 1 - std::strlen(tail)) + tail;
 }
 
+void putWireWhat(char* dst, size_t field, const std::string& what) {
+  const std::string cut = what.size() < field ? std::string() : wireWhat(what, field);
+  std::strncpy(dst, cut.empty() ? what.c_str() : cut.c_str(), field - 1);
+  dst[field - 1] = '\0';
+}
+
 std::string mismatchMessage(int rank, const PostedRecv& expected, int src, const std::string& what,
                             size_t bytes) {
   return "oreg_ccl: mismatched collectives: rank " + std::to_string(rank) + " runs " +

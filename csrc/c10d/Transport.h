@@ -97,6 +97,9 @@ struct PostedRecv {
 // so descriptions that differ only past the cut (a coalesced operation's
 // trailing reduce op or dtype) still compare unequal.
 std::string wireWhat(const std::string& what, size_t field);
+// Writes wireWhat(what, field) into a header's field, NUL-terminated; copies
+// nothing more than the field when `what` fits (every message's header).
+void putWireWhat(char* dst, size_t field, const std::string& what);
 
 // The errors every transport raises in the same words (thrown by the caller).
 std::string mismatchMessage(int rank, const PostedRecv& expected, int src, const std::string& what,

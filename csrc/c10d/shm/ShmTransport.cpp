@@ -312,7 +312,7 @@ RequestPtr ShmTransport::isend(Channel ch, int dst, uint64_t tag, const std::str
   h->device = single ? deviceHandleOf(data) : orIpcMemHandle{};
   h->src = static_cast<uint32_t>(rank_);
   h->magic = kMagic;
-  std::strncpy(h->what, wireWhat(what, sizeof(h->what)).c_str(), sizeof(h->what) - 1);
+  putWireWhat(h->what, sizeof(h->what), what);
   sends_[slot(dst, ch)].push_back(std::move(s));
   pushSends(dst, ch);  // small messages usually go out right away
   return req;

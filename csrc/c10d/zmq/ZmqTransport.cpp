@@ -266,7 +266,7 @@ ZmqMessage ZmqTransport::makeHeader(wire::Kind kind, uint64_t tag, const std::st
   h->bytes = bytes;
   h->offset = offset;
   h->chunk = chunk;
-  std::strncpy(h->what, wireWhat(what, sizeof(h->what)).c_str(), sizeof(h->what) - 1);
+  putWireWhat(h->what, sizeof(h->what), what);
   return m;
 }
 
