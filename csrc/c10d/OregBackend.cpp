@@ -929,6 +929,19 @@ c10::intrusive_ptr<c10d::Backend> OregBackend::split(
   return backend;
 }
 
+void OregBackend::warnUnreceived() {
+  std::string message;
+  try {
+    message = transport_->unreceived();
+  } catch (const std::exception&) {
+    return;  // the group failed meanwhile: its error was raised already
+  }
+  if (!message.empty())
+    TORCH_WARN("oreg_ccl: rank ", getRank(), ": the process group was shut down without receiving ",
+               message, ". Its ranks did not call the same collectives: a broadcast or scatter ",
+               "whose ranks named different roots returns on every rank, with wrong results.");
+}
+
 void OregBackend::shutdown() {
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -936,7 +949,8 @@ void OregBackend::shutdown() {
     shutDown_ = true;
     // Let issued operations finish, but never wait unboundedly for peers.
     auto grace = std::min<std::chrono::milliseconds>(options_->timeout, std::chrono::seconds(10));
-    cv_.wait_for(lock, grace, [&] { return queue_.empty() && !running_; });
+    const bool idle = cv_.wait_for(lock, grace, [&] { return queue_.empty() && !running_; });
+    if (idle && transport_->failure().empty()) warnUnreceived();
   }
   transport_->cancel("oreg_ccl: rank " + std::to_string(getRank()) +
                          ": the process group was shut down",

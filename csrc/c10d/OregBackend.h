@@ -283,6 +283,9 @@ class OregBackend final : public c10d::Backend {
   // failed a collective and told its peers (cancel with propagate); the
   // error is handed out only once they failed too (awaitPeersFailed).
   void failAll(std::exception_ptr error, bool announced = false);
+  // At shutdown of a healthy, idle group: warns of a peer's collective
+  // message nobody received (ranks that disagreed without an error).
+  void warnUnreceived();
   // For a subgroup's errors: " [process group 2 (desc): its ranks 0-1 are global ranks 2, 3]".
   std::string globalRanksNote() const;
   std::exception_ptr withGlobalRanks(std::exception_ptr e) const;

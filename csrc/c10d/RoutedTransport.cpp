@@ -96,6 +96,11 @@ std::string RoutedTransport::failure() const {
   return f;
 }
 
+std::string RoutedTransport::unreceived() {
+  std::string local = shm_ ? shm_->unreceived() : "";
+  return local.empty() ? zmq_->unreceived() : local;
+}
+
 void RoutedTransport::shutdown() {
   zmq_->shutdown();
   if (shm_) shm_->shutdown();

@@ -2,6 +2,7 @@
 import datetime
 import os
 import signal
+import tempfile
 import threading
 import time
 
@@ -522,6 +523,51 @@ def abandoned_coalescing_block(rank, n):
 
 def test_error_inside_a_coalescing_block(tmp_path):
     spawn(abandoned_coalescing_block, 2, tmp_path)
+
+
+def stderr_of(fn):
+    # C++ warnings (TORCH_WARN outside a Python call's warning handler) go to fd 2.
+    with tempfile.TemporaryFile() as log:
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            fn()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        return log.read().decode()
+
+
+def roots_named_apart(rank, n, collective, hosts):
+    # Every rank names itself the root of a small broadcast (scatter): nothing
+    # waits for the root, so each returns at once, keeping its own data (NCCL
+    # hangs, gloo times out). The stale messages mismatch at the group's next
+    # collective; a group destroyed first says so in a warning at shutdown
+    # (c10d's destroy_process_group cannot take an error from a backend).
+    healthy = dist.new_group(list(range(n)))
+    g = dist.new_group(list(range(n)))
+    t = torch.full((256,), float(rank))
+    if collective == "broadcast":
+        dist.broadcast(t, src=rank, group=g)
+    else:
+        dist.scatter(t, [torch.full((256,), 10.0 + rank)] * n, src=rank, group=g)
+    assert t[0].item() == (rank if collective == "broadcast" else 10.0 + rank)
+    dist.all_reduce(torch.ones(1), group=healthy)
+    dist.barrier()  # every rank has sent its part
+    if hosts:
+        time.sleep(1)  # over TCP, on another connection than the barrier's
+    assert "without receiving" not in stderr_of(lambda: dist.destroy_process_group(healthy))
+    log = stderr_of(lambda: dist.destroy_process_group(g))
+    peer = 1 - rank
+    assert (f"rank {rank}: the process group was shut down without receiving rank {peer}'s "
+            f"{collective}#0 256 x Float root {peer} (1024 bytes)") in log, log
+
+
+@pytest.mark.parametrize("hosts", [False, True], ids=["one-host", "two-hosts"])
+@pytest.mark.parametrize("collective", ["broadcast", "scatter"])
+def test_roots_named_apart_are_reported_at_shutdown(tmp_path, collective, hosts):
+    spawn(roots_named_apart, 2, tmp_path, collective, hosts, host_of=(0, 1) if hosts else None)
 
 
 def bad_split_ranks(rank, n):

@@ -558,6 +558,22 @@ void ShmTransport::unmapPeerArenas() {
   }
 }
 
+std::string ShmTransport::unreceived() {
+  const Channel ch = Channel::kCollective;
+  for (int src = 0; src < size_; ++src) {
+    if (src == rank_ || inbound_[slot(src, ch)].active) continue;
+    const ShmRing* rg = ring(rank_, src, ch);
+    const uint64_t head = recvHead_[slot(src, ch)];
+    if (rg->tail.load(std::memory_order_acquire) - head < kMessageHeader) continue;
+    ShmMessageHeader h;
+    fromRing(rg->data, ringBytes(ch), head, reinterpret_cast<char*>(&h), kMessageHeader);
+    return "rank " + std::to_string(groupRank(src)) + "'s " +
+           std::string(h.what, strnlen(h.what, sizeof(h.what))) + " (" + std::to_string(h.bytes) +
+           " bytes)";
+  }
+  return "";
+}
+
 void ShmTransport::shutdown() { unmapPeerArenas(); }
 
 void ShmTransport::readPeer(int src, const Inbound& in, char* to, size_t off, size_t n) {

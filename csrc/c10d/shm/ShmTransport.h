@@ -91,6 +91,7 @@ class ShmTransport final : public Transport {
   void quiesce() override;
   // Unmaps the peers' device memory this rank mapped (a peer that exited
   // stays resident while mapped).
+  std::string unreceived() override;
   void shutdown() override;
   // Large collective messages are read straight from the sender (see above).
   bool singleCopy() const { return singleCopyBytes_ > 0; }

@@ -227,6 +227,17 @@ ZmqTransport::~ZmqTransport() {
   if (wakeFd_ >= 0) ::close(wakeFd_);
 }
 
+std::string ZmqTransport::unreceived() {
+  poll();  // take in what the I/O thread has received
+  for (int src = 0; src < size_; ++src) {
+    const auto& box = inbox_[slot(src, Channel::kCollective)];
+    if (!box.empty() && !box.front()->recv)
+      return "rank " + std::to_string(src) + "'s " + box.front()->what + " (" +
+             std::to_string(box.front()->bytes) + " bytes)";
+  }
+  return "";
+}
+
 void ZmqTransport::shutdown() {
   {
     std::lock_guard<std::mutex> g(ioMutex_);
@@ -289,21 +300,23 @@ void ZmqTransport::wakeIo() {
   if (wakeFd_ >= 0) (void)!write(wakeFd_, &one, sizeof(one));
 }
 
+void ZmqTransport::sendControl(int peer, wire::Kind kind, const char* what,
+                               const std::string& payload) {
+  Outgoing o{peer, makeHeader(kind, 0, what, payload.size(), 0, payload.size()),
+             ZmqMessage(payload.size())};
+  if (!payload.empty()) std::memcpy(o.payload.data(), payload.data(), payload.size());
+  // Best effort: the group failed already, and a wait for an answer is bounded.
+  (void)sendOrDrop(o);
+}
+
 void ZmqTransport::sendAborts(const std::string& why) {
   std::lock_guard<std::mutex> g(sendMutex_);
-  for (int p = 0; p < size_; ++p) {
-    if (!dealers_[p]) continue;
-    Outgoing o{p, makeHeader(wire::Kind::kAbort, 0, "abort", why.size(), 0, why.size()),
-               ZmqMessage(why.size())};
-    std::memcpy(o.payload.data(), why.data(), why.size());
-    (void)sendOrDrop(o);  // best effort: the group failed already
-  }
+  for (int p = 0; p < size_; ++p) sendControl(p, wire::Kind::kAbort, "abort", why);
 }
 
 void ZmqTransport::sendAbortAck(int peer) {
   std::lock_guard<std::mutex> g(sendMutex_);
-  Outgoing o{peer, makeHeader(wire::Kind::kAbortAck, 0, "abort-ack", 0, 0, 0), ZmqMessage(0)};
-  (void)sendOrDrop(o);  // best effort: the peer's wait for it is bounded
+  sendControl(peer, wire::Kind::kAbortAck, "abort-ack", "");
 }
 
 void ZmqTransport::closeDealer(int peer) {

@@ -96,6 +96,7 @@ class ZmqTransport final : public Transport {
   std::string failure() const override;
   void quiesce() override;
   void awaitPeersFailed(Clock::duration bound) override;
+  std::string unreceived() override;
   void shutdown() override;
 
   // One non-blocking round of progress; true if anything moved. Throws the
@@ -155,6 +156,9 @@ class ZmqTransport final : public Transport {
 
   void notify();
   void wakeIo();  // make the I/O thread look at its queues (any thread)
+  // A message outside the data stream (caller holds sendMutex_); a peer
+  // without a connection is skipped.
+  void sendControl(int peer, wire::Kind kind, const char* what, const std::string& payload);
   // An abort message to every remote peer (I/O thread).
   void sendAborts(const std::string& why);
   void sendAbortAck(int peer);  // I/O thread
