@@ -375,7 +375,7 @@ void runSynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stack, s
 }
 
 // Operators that take the synchronous path although Meta can describe their
-// outputs, for one of two reasons:
+// outputs, for one of these reasons:
 //  - kShapes: Meta disagrees with the CPU kernel about an output's shape or
 //    dtype, so the outputs cannot be allocated before the CPU kernel has run.
 //    Found by tests/ops/test_opinfo.py; kernels add to the set at run time
@@ -799,23 +799,16 @@ struct CpuKernel {
 // offset are filled in per replay. So manual_seed before a replay repeats its
 // numbers, and get_rng_state moves with replays. The capture itself leaves
 // the generators' offset alone, as CUDA's.
-void launchReplayingGenerators(const c10::Stream& stream, CpuKernel kernel,
-                               const std::vector<std::pair<size_t, at::Generator>>& generators,
+using Draws = std::vector<std::pair<size_t, std::function<at::Generator()>>>;  // argument index
+void launchReplayingGenerators(const c10::Stream& stream, CpuKernel kernel, Draws draws,
                                const std::vector<at::Tensor>& reads,
                                const std::vector<at::Tensor>& writes) {
-  std::vector<std::pair<size_t, std::function<at::Generator()>>> draws;
-  for (const auto& [index, generator] : generators) draws.emplace_back(index, drawInCapture(generator, stream));
-  orStream raw = rawStream(stream);
   orPrepare prepare = [kernel = std::move(kernel), draws = std::move(draws)](orStream) {
     CpuKernel launch = kernel;
     for (const auto& [index, draw] : draws) launch.cpu_args[index] = draw();
     return std::function<void()>(std::move(launch));
   };
-  orError error = orLaunchPreparedKernel(
-      raw, std::move(prepare),
-      orSanitizerEnabled() ? accessesOf(reads, writes) : std::vector<orAccess>{});
-  TORCH_CHECK(error != orErrorDataRace, orSanitizerLastReport());
-  if (error != orSuccess) checkKernelError(error, c10::str(stream), orStreamLastException(raw));
+  launchPreparedKernel(stream, std::move(prepare), reads, writes);
 }
 
 // Queues the op's CPU kernel over kernel views; fresh results are copied into
@@ -839,14 +832,15 @@ void launchCpuKernel(const c10::OperatorHandle& op, const IValue* args, size_t n
 
   std::vector<std::pair<bool, bool>> bits;
   for (const auto& c : cpu_call.converted) bits.emplace_back(c.is_conj(), c.is_neg());
-  std::vector<std::pair<size_t, at::Generator>> generators;  // argument index, openreg generator
+  Draws draws;  // the openreg generators a captured random op draws from
   if (cpu.deferredGenerators())
     for (size_t i = 0; i < cpu_call.args.size(); ++i)
-      if (cpu_call.args[i].isGenerator()) generators.emplace_back(i, cpu_call.args[i].toGenerator());
+      if (cpu_call.args[i].isGenerator())
+        draws.emplace_back(i, drawInCapture(cpu_call.args[i].toGenerator(), stream));
   CpuKernel kernel{op, std::move(cpu_call.args), std::move(cpu_call.converted), std::move(fresh_views),
                    std::move(slots), std::move(bits)};
-  if (!generators.empty())
-    return launchReplayingGenerators(stream, std::move(kernel), generators, originals, writes);
+  if (!draws.empty())
+    return launchReplayingGenerators(stream, std::move(kernel), std::move(draws), originals, writes);
   launchKernel(stream, std::move(kernel), originals, writes);
 }
 

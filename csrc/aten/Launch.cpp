@@ -146,6 +146,14 @@ std::vector<orAccess> accessesOf(const std::vector<at::Tensor>& reads,
   return accesses;
 }
 
+namespace {
+void checkLaunched(const c10::Stream& stream, orStream raw, orError error) {
+  TORCH_CHECK(error != orErrorDataRace, orSanitizerLastReport());
+  if (error != orSuccess)
+    checkKernelError(error, c10::str(stream), orStreamLastException(raw));
+}
+}  // namespace
+
 void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
                   const std::vector<at::Tensor>& reads, const std::vector<at::Tensor>& writes) {
   orStream raw = rawStream(stream);
@@ -157,9 +165,16 @@ void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
   orError error = orLaunchKernel(raw, std::move(kernel),
                                  orSanitizerEnabled() ? accessesOf(reads, writes)
                                                       : std::vector<orAccess>{});
-  TORCH_CHECK(error != orErrorDataRace, orSanitizerLastReport());
-  if (error != orSuccess)
-    checkKernelError(error, c10::str(stream), orStreamLastException(raw));
+  checkLaunched(stream, raw, error);
+}
+
+void launchPreparedKernel(const c10::Stream& stream, orPrepare prepare,
+                          const std::vector<at::Tensor>& reads, const std::vector<at::Tensor>& writes) {
+  orStream raw = rawStream(stream);
+  orError error = orLaunchPreparedKernel(raw, std::move(prepare),
+                                         orSanitizerEnabled() ? accessesOf(reads, writes)
+                                                              : std::vector<orAccess>{});
+  checkLaunched(stream, raw, error);
 }
 
 void checkHostAccess(const c10::Stream& stream, const std::vector<at::Tensor>& reads,

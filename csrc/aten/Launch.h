@@ -46,6 +46,12 @@ void launchKernel(const c10::Stream& stream, std::function<void()> kernel,
                   const std::vector<at::Tensor>& reads = {},
                   const std::vector<at::Tensor>& writes = {});
 
+// The same for a kernel made at each launch (a captured kernel whose every
+// replay makes its own: orLaunchPreparedKernel).
+void launchPreparedKernel(const c10::Stream& stream, orPrepare prepare,
+                          const std::vector<at::Tensor>& reads = {},
+                          const std::vector<at::Tensor>& writes = {});
+
 // The host itself reads `reads` and writes `writes` in `stream`'s order
 // (after waiting for it): the race checker checks them as a kernel on it.
 void checkHostAccess(const c10::Stream& stream, const std::vector<at::Tensor>& reads,
