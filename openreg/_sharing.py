@@ -1,5 +1,9 @@
 """torch.multiprocessing and openreg tensors: CUDA IPC's counterpart.
 
+PyTorch hook: reducers registered with
+``multiprocessing.reduction.ForkingPickler.register`` (``register()``, called at
+``import openreg``) for Tensor, Parameter, UntypedStorage and Event.
+
 torch.multiprocessing pickles a CUDA tensor as a CUDA IPC handle, and the
 receiver maps the sender's allocation; for other devices it falls back to
 the CPU's shared-memory path, which fails for device memory. These reducers

@@ -1,6 +1,10 @@
 """Device selection and properties (the torch.cuda device API, for openreg).
 
-Backed by the PrivateUse1 hooks and DeviceGuardImpl in csrc/runtime.
+Backed by the PrivateUse1 hooks and DeviceGuardImpl in csrc/runtime. torch
+calls some of these by name on the module given to
+``torch._register_device_module`` (``_lazy_init``, ``is_initialized``,
+``_is_in_bad_fork``, ``current_device``, ``device_count``, ...): the names are
+the contract.
 Tests: tests/runtime/test_device.py.
 """
 import functools

@@ -1,6 +1,6 @@
 """``openreg-run``: launch the GPT training job (launch/train.py) on simulated devices.
 
-    openreg-run                       # DDP on 4 openreg devices, 800 steps in 20-40 s
+    openreg-run                       # DDP on 4 openreg devices, 800 steps in 18-45 s
     openreg-run --devices 8 --strategy fsdp2 --bf16
     openreg-run --devices 4 --strategy tp --steps 100
     openreg-run --nodes 2 --devices 2 --strategy hsdp   # 2 simulated hosts x 2 devices

@@ -4,6 +4,9 @@ A device's state is CUDA's (seed, offset); each random kernel draws from a CPU
 generator made from the state at its launch, so a state names the same numbers
 everywhere and reading or setting it never waits for queued kernels (as
 CUDA's). The first random op after seeding gives the CPU's numbers for the seed.
+torch calls ``manual_seed_all``, ``get_rng_state`` and ``set_rng_state`` by
+name on the device module (``torch.manual_seed``, ``torch.random.fork_rng``,
+torch.utils.checkpoint).
 Tests: tests/runtime/test_generators.py.
 """
 from typing import Iterable, List

@@ -1,4 +1,7 @@
-// Factory kernels: allocation only, no kernel launch (like CUDA's empty),
+// aten::empty.memory_format and empty_strided for PrivateUse1 (registered in
+// RegisterOpenReg.cpp), where torch.empty(..., device="openreg") and every
+// fresh result land: memory from the caching allocator.
+// Allocation only, no kernel launch (like CUDA's empty),
 // except under torch.use_deterministic_algorithms with
 // torch.utils.deterministic.fill_uninitialized_memory (CUDA's empty fills then).
 #include <ATen/Context.h>

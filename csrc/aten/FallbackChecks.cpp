@@ -400,9 +400,6 @@ void ampUpdateScaleFallback(const c10::OperatorHandle& op, torch::jit::Stack* st
   fallback(op, stack);
 }
 
-// _native_multi_head_attention(..., need_weights, ...) -> (out, weights): the
-// CPU kernel returns undefined weights (None in Python) when they are not
-// needed; the fallback's outputs, sized by the Meta kernel, hold an empty tensor.
 // index.Tensor (x[mask]) with boolean or uint8 masks: CUDA's order, each
 // mask's nonzero (a synchronisation, the one sync debug mode reports) and
 // then an ordinary asynchronous index by the positions. The fallback alone
@@ -424,6 +421,9 @@ void indexFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   fallback(op, stack);
 }
 
+// _native_multi_head_attention(..., need_weights, ...) -> (out, weights): the
+// CPU kernel returns undefined weights (None in Python) when they are not
+// needed; the fallback's outputs, sized by the Meta kernel, hold an empty tensor.
 void multiHeadAttentionFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   static const size_t kNeedWeights = *op.schema().argumentIndexWithName("need_weights");
   const bool need_weights = argumentsOf(op, stack)[kNeedWeights].toBool();

@@ -1,5 +1,6 @@
 // Declarations of openreg's native ATen kernels, registered for PrivateUse1
-// in RegisterOpenReg.cpp (see its header for the few registered elsewhere).
+// in RegisterOpenReg.cpp, and of the wrappers around the generic fallback
+// that RegisterFallbackRoutes.cpp registers (FallbackChecks.cpp).
 // Grouped by family; each .cpp holds one family.
 #pragma once
 

@@ -1,7 +1,9 @@
 // PyTorch hook: operators sent to the generic fallback (Fallback.cpp) although
 // PyTorch has a CompositeExplicitAutograd kernel that PrivateUse1 would pick
 // over a backend fallback, and operators that need a check or fix-up around
-// the fallback (FallbackChecks.cpp). Only TORCH_LIBRARY_IMPL blocks live here.
+// the fallback (FallbackChecks.cpp). Every route is registered from the block
+// below; the checked operators' names are FallbackChecks.cpp's table
+// (checkedOperators), which registerCheckedFallbacks walks.
 //
 // Why each group is routed (tests: tests/ops/test_opinfo.py):
 //  - (_)convolution, convolution_backward: the composite kernels end in
@@ -22,15 +24,12 @@
 //    sizes, which the fallback would only meet on the stream.
 //  - _native_multi_head_attention: without need_weights, the CPU kernel returns
 //    undefined weights (None), the fallback an empty tensor.
-//  - index_put_, masked_fill_, put_, index_fill_, normal (a std tensor),
-//    linalg_cross, addbmm, native_group_norm, binary_cross_entropy,
-//    searchsorted, _amp_foreach_non_finite_check_and_unscale_, _fused_adam_,
-//    _fused_adamw_.tensor_lr (registerCheckedFallbacks): their Meta kernels leave argument checks
-//    to the CPU kernel, where they would fail the stream instead of raising
-//    at the call, as CUDA does.
-//  - native_group_norm, native_group_norm_backward (registerCheckedFallbacks):
-//    with float32 parameters for a reduced-precision input, their Meta kernels
-//    give some results other dtypes than the CPU kernels.
+//  - the operators of FallbackChecks.cpp's table (registerCheckedFallbacks:
+//    _index_put_impl_, masked_fill_, normal with a std tensor, the fused
+//    optimizers, ...): their Meta kernels leave argument checks to the CPU
+//    kernel, where they would fail the stream instead of raising at the call,
+//    as CUDA does; or (native_group_norm with float32 parameters for a
+//    reduced-precision input) give some results other dtypes than the CPU's.
 //  - mse_loss, smooth_l1_loss: the composite kernel calls the .out op with the
 //    reduced 0-dim output, and the CPU .out kernel first sizes it elementwise,
 //    warning about resizing a non-empty out= on every call.

@@ -1,4 +1,5 @@
-// PyTorch hook: operator registration for the PrivateUse1 dispatch key.
+// PyTorch hook: operator registration for the PrivateUse1 dispatch key (and
+// the Conjugate / Negative fallthroughs _copy_from needs, below).
 // Only TORCH_LIBRARY_IMPL blocks live here; kernels are in the family files
 // declared in Kernels.h. Registered elsewhere, beside what they need:
 // native_dropout (Dropout.cpp), the SyncBatchNorm ops (SyncBatchNorm.cpp),

@@ -1,5 +1,8 @@
 // Host-only kernels that change a tensor's metadata or storage binding:
-// resize_, set_, is_set_to. Views (as_strided, view, _reshape_alias) reuse
+// resize_, set_, is_set_to; and _has_compatible_shallow_copy_type, which
+// TensorImpl asks before `param.data = t` swaps a tensor's implementation
+// (so CPU and openreg tensors swap, as CPU and CUDA do: Module.to() keeps its
+// Parameters). Views (as_strided, view, _reshape_alias) reuse
 // ATen's device-generic implementations (registered in RegisterOpenReg.cpp).
 #include <ATen/native/Resize.h>
 #include <ATen/native/ResizeCommon.h>

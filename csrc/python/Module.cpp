@@ -175,7 +175,7 @@ PYBIND11_MODULE(_C, m) {
     return std::chrono::duration<double, std::micro>(launched - start).count() / static_cast<double>(n);
   });
   // Calls per operator that took the generic fallback, to check that an
-  // operator is served natively (tests/ops/test_native_kernels.py).
+  // operator is served natively (tests/ops/test_native_training_ops.py).
   m.def("_fallback_counts", [] {
     py::dict counts;
     for (const auto& [name, n] : fallbackCounts()) counts[py::str(name)] = n;

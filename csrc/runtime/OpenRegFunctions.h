@@ -1,6 +1,7 @@
-// Device selection for the PyTorch side of openreg: the per-thread current
-// device (like cudaSetDevice) and index validation with CUDA-style errors.
-// Used by OpenRegGuardImpl, OpenRegHooks and the Python module.
+// Mirrors c10/cuda/CUDAFunctions.h: device selection (the per-thread current
+// device, like cudaSetDevice, and index validation with CUDA-style errors),
+// used by OpenRegGuardImpl, OpenRegHooks and the Python module; and, as
+// CUDA keeps it there too, torch.cuda.set_sync_debug_mode's setting.
 #pragma once
 
 #include <c10/core/Device.h>

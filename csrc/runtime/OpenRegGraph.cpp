@@ -1,18 +1,5 @@
-// PyTorch hook: at::GraphImplInterface (the GraphImplRegistry behind
-// torch.accelerator.Graph), what CUDAGraph is for CUDA: capture the kernels a
-// region launches on the current stream, then replay them with one launch.
-// Registered at run time, once PrivateUse1 is renamed "openreg" (the
-// registry keys on the name): registerGraphImpl(), from openreg/_registration.py.
-//
-// Capture is the driver's (orStreamBeginCapture: a capturing stream, and any
-// stream that forks into the capture by waiting for an event recorded in it,
-// records launches instead of running them; a sync raises "operation not
-// permitted when stream is capturing", as CUDA's). Memory is CUDA's
-// private pool: the capturing stream allocates from the graph's pool, which
-// keeps every block it handed out (freed or not) away from other allocations
-// and from empty_cache while a graph using it lives, so replays read and
-// write the same addresses the capture did and nothing else.
-// Tests: tests/runtime/test_graphs.py.
+#include "OpenRegGraph.h"  // PyTorch hook: at::GraphImplInterface; contract in the header
+
 #include <ATen/core/GraphImplInterface.h>
 #include <c10/core/DeviceType.h>
 
@@ -24,7 +11,6 @@
 #include "OpenRegCachingAllocator.h"
 #include "OpenRegException.h"
 #include "OpenRegFunctions.h"
-#include "OpenRegGraph.h"
 #include "OpenRegKinetoPlugin.h"
 #include "OpenRegMemPool.h"
 #include "OpenRegStream.h"
@@ -110,7 +96,7 @@ class OpenRegGraph final : public at::GraphImplInterface {
     if (orStreamIsCapturing(raw)) {
       // Recorded in the other capture, not run (nothing to trace): its
       // prepared kernels (collectives) are made at each of that graph's launches.
-      error = orLaunchPreparedKernel(raw, orGraphPrepare(graph_), orGraphAccesses(graph_));
+      error = orGraphLaunch(graph_, raw);
     } else {
       std::function<void()> kernel = orGraphPrepare(graph_)(raw);
       std::optional<TracedLaunch> traced;

@@ -1,4 +1,4 @@
-#include "OpenRegStream.h"  // PyTorch hook: c10::Stream pools, current stream; contract in the header
+#include "OpenRegStream.h"  // streams behind OpenRegGuardImpl; contract in the header
 
 #include <array>
 #include <atomic>

@@ -1,7 +1,11 @@
 // Streams as PyTorch sees them: c10::Stream values (device + StreamId) mapped
-// onto driver streams. Mirrors c10/cuda/CUDAStream.h: a default stream per
-// device, pools of low- and high-priority streams handed out round-robin, and
-// a per-thread current stream per device.
+// onto driver streams. No hook of its own: OpenRegGuardImpl's getStream,
+// getNewStream, getStreamFromGlobalPool and exchangeStream hand these out.
+// Mirrors c10/cuda/CUDAStream.h: a default stream per device, pools of low-
+// and high-priority streams handed out round-robin, and a per-thread current
+// stream per device. Also the waits on them: stream and device
+// synchronisation, and checkKernelError, which raises a stream's failed
+// kernel at a later call as CUDA reports asynchronous errors.
 //
 // StreamId layout: 0 = default stream, 1..32 = priority 0 pool, 33..64 =
 // high-priority pool (any priority < 0), then streams handed out one each by
