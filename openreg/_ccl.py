@@ -7,6 +7,7 @@ After ``import torch`` (autoload) ``dist.init_process_group("oreg_ccl")`` works 
 CPU and openreg tensors. The backend class is ``openreg._C._OregCCLBackend``.
 """
 import atexit
+import warnings
 
 import torch
 
@@ -15,9 +16,15 @@ NAME = "oreg_ccl"
 
 def _create_backend(dist_backend_opts, pg_options):
     # Extended API: called once per group (new_group too) with a store unique to it.
+    # As NCCL's: the group's timeout (the timeout= argument, which has a
+    # default) wins over pg_options._timeout, with NCCL's warning.
     timeout = dist_backend_opts.timeout
-    if pg_options is not None and getattr(pg_options, "timeout", None) is not None:
-        timeout = pg_options.timeout
+    if pg_options is not None and getattr(pg_options, "_timeout", timeout) != timeout:
+        warnings.warn(
+            "backend_options._timeout was specified, "
+            "but timeout kwarg has a default value that will always override it. ",
+            stacklevel=2,
+        )
     from . import _C
 
     return _C._OregCCLBackend(

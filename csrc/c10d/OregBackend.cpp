@@ -122,8 +122,8 @@ std::exception_ptr asDistError(std::exception_ptr e) {
     std::rethrow_exception(e);
   } catch (const c10::DistBackendError&) {
     return e;
-  } catch (const std::exception& ex) {
-    return distError(ex.what());
+  } catch (const std::exception&) {
+    return distError(messageOf(e));
   }
 }
 
@@ -176,11 +176,9 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
       transport_ = std::make_shared<RoutedTransport>(topology_, rdv, timeout);
     else
       transport_ = ShmTransport::connect(rank, size, rdv);
-  } catch (const std::exception& e) {
-    const auto* error = dynamic_cast<const c10::Error*>(&e);
+  } catch (const std::exception&) {
     if (size > 1 && !store->check({failedKey})) {
-      const std::string why =
-          c10::str("rank ", rank, ": ", error ? error->what_without_backtrace() : e.what());
+      const std::string why = c10::str("rank ", rank, ": ", messageOf(std::current_exception()));
       store->set(failedKey, std::vector<uint8_t>(why.begin(), why.end()));
     }
     throw;
@@ -620,7 +618,7 @@ void OregBackend::runOp(Op& op) {
         });
       RequestPtr req = op.post(c, op.kept);
       inflight_.push_back({req, op.kept, c.deadline, op.what});
-      hasInflight_.store(true, std::memory_order_release);
+      inflightChanged();
     } else {
       {
         BusySpan busy;  // stream dependencies met: the collective itself
@@ -659,8 +657,19 @@ void OregBackend::sweepInFlight() {
   std::vector<InFlight> finished(std::make_move_iterator(done),
                                  std::make_move_iterator(inflight_.end()));
   inflight_.erase(done, inflight_.end());
-  hasInflight_.store(!inflight_.empty(), std::memory_order_release);
+  inflightChanged();
   releaseLater(std::move(finished));
+}
+
+void OregBackend::inflightChanged() {
+  hasInflight_.store(!inflight_.empty(), std::memory_order_release);
+  const bool sending = std::any_of(inflight_.begin(), inflight_.end(), [](const InFlight& f) {
+    return f.work->retrieveOpType() == c10d::OpType::SEND;
+  });
+  if (sendsInFlight_.exchange(sending, std::memory_order_acq_rel) && !sending) {
+    { std::lock_guard<std::mutex> g(mutex_); }  // shutdown() may be between its check and its wait
+    cv_.notify_all();
+  }
 }
 
 // Errors name ranks of this group (as NCCL's do); in a subgroup (new_group,
@@ -696,7 +705,7 @@ void OregBackend::failAll(std::exception_ptr error, bool announced) {
   for (auto& f : inflight_) f.work->complete(error);
   std::vector<InFlight> failed;
   failed.swap(inflight_);
-  hasInflight_.store(false, std::memory_order_release);
+  inflightChanged();
   releaseLater(std::move(failed));
 }
 
@@ -815,10 +824,10 @@ void OregBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAl
     try {
       auto r = token();
       recvImpl(r, 0, kMonitoredBarrierTag, c10d::kUnsetTimeout)->wait();
-    } catch (const std::exception& e) {
+    } catch (const std::exception&) {
       OREG_CCL_THROW("Rank ", rank, " successfully reached monitoredBarrier, but received errors "
                      "while waiting for send/recv from rank 0. Please check rank 0 logs for "
-                     "faulty rank. Original exception: ", e.what());
+                     "faulty rank. Original exception: ", messageOf(std::current_exception()));
     }
     return;
   }
@@ -839,9 +848,9 @@ void OregBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAl
   for (int r = 1; r < size; ++r) {
     try {
       recvs[r - 1]->wait();
-    } catch (const std::exception& e) {
+    } catch (const std::exception&) {
       failed.push_back(r);
-      if (firstError.empty()) firstError = e.what();
+      if (firstError.empty()) firstError = messageOf(std::current_exception());
       if (!waitAllRanks) break;
     }
   }
@@ -948,8 +957,12 @@ void OregBackend::shutdown() {
     if (shutDown_) return;
     shutDown_ = true;
     // Let issued operations finish, but never wait unboundedly for peers.
+    // Sends too, as NCCL's: one whose work a caller waited for on an openreg
+    // stream (which does not block the host) still has to reach its receiver.
     auto grace = std::min<std::chrono::milliseconds>(options_->timeout, std::chrono::seconds(10));
-    const bool idle = cv_.wait_for(lock, grace, [&] { return queue_.empty() && !running_; });
+    const bool idle = cv_.wait_for(lock, grace, [&] {
+      return queue_.empty() && !running_ && !sendsInFlight_.load(std::memory_order_acquire);
+    });
     if (idle && transport_->failure().empty()) warnUnreceived();
   }
   transport_->cancel("oreg_ccl: rank " + std::to_string(getRank()) +

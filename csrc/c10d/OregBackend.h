@@ -283,6 +283,9 @@ class OregBackend final : public c10d::Backend {
   // failed a collective and told its peers (cancel with propagate); the
   // error is handed out only once they failed too (awaitPeersFailed).
   void failAll(std::exception_ptr error, bool announced = false);
+  // After inflight_ changed: updates hasInflight_ and sendsInFlight_ (waking
+  // shutdown() once no send is left).
+  void inflightChanged();
   // At shutdown of a healthy, idle group: warns of a peer's collective
   // message nobody received (ranks that disagreed without an error).
   void warnUnreceived();
@@ -357,6 +360,7 @@ class OregBackend final : public c10d::Backend {
   // Owned by whoever set running_ or driving_ (an inline op runs on the caller).
   std::vector<InFlight> inflight_;
   std::atomic<bool> hasInflight_{false};  // !inflight_.empty(), for runInline
+  std::atomic<bool> sendsInFlight_{false};  // a send in inflight_, for shutdown()
   std::exception_ptr broken_;  // GUARDED_BY(mutex_) for writes: the group's first failure
 };
 

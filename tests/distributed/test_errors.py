@@ -601,3 +601,24 @@ def timeout_bounds(rank, n, tmp):
 
 def test_negative_and_huge_group_timeouts(tmp_path):
     spawn(timeout_bounds, 2, tmp_path, str(tmp_path), init=False)
+
+
+def options_timeout(rank, n):
+    import warnings
+    import openreg
+
+    ranks = list(range(n))
+    # As NCCL's: the timeout argument (which has a default) wins, with NCCL's warning.
+    opts = openreg._C._OregCCLOptions(timeout=datetime.timedelta(seconds=9))
+    with pytest.warns(UserWarning, match="timeout kwarg has a default value that will always override"):
+        g = dist.new_group(ranks, pg_options=opts)
+    t = torch.ones(2)
+    dist.all_reduce(t, group=g)
+    assert t.tolist() == [float(n)] * 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dist.new_group(ranks, timeout=datetime.timedelta(seconds=9), pg_options=opts)
+
+
+def test_a_timeout_in_pg_options_gives_way_to_the_timeout_argument(tmp_path):
+    spawn(options_timeout, 2, tmp_path)

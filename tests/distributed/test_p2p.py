@@ -1,4 +1,7 @@
 """send / recv / recv from any source, tags, batch_isend_irecv."""
+import time
+
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -216,3 +219,29 @@ def collective_waited_in_p2p_callback(rank, n):
 
 def test_waiting_for_a_collective_in_a_p2p_callback_does_not_hang(tmp_path):
     spawn(collective_waited_in_p2p_callback, 2, tmp_path, timeout=60, pg_timeout=10)
+
+
+def send_then_destroy(rank, n, device, numel):
+    # NCCL's pattern: send a final result, wait for the send (on an openreg
+    # stream that does not block the host), destroy the group. The send must
+    # still reach a receiver that posts later (shutdown() waits for it, bounded),
+    # from the ring or, above the single-copy size, out of the sender's tensor.
+    dev = torch.device(device, rank) if device == "openreg" else torch.device("cpu")
+    g = dist.new_group(list(range(n)))
+    if rank == 0:
+        x = torch.arange(numel, dtype=torch.float32, device=dev)
+        dist.isend(x, 1, group=g).wait()
+        dist.destroy_process_group(g)
+        x.fill_(-1)  # the tensor is the sender's again
+    else:
+        time.sleep(0.5)
+        r = torch.zeros(numel, device=dev)
+        dist.recv(r, 0, group=g)
+        assert torch.equal(r.cpu(), torch.arange(numel, dtype=torch.float32))
+        dist.destroy_process_group(g)
+
+
+@pytest.mark.parametrize("numel", [1000, 1 << 20], ids=["ring", "single-copy"])
+@pytest.mark.parametrize("device", ["cpu", "openreg"])
+def test_send_reaches_a_receiver_after_the_sender_destroyed_its_group(tmp_path, device, numel):
+    spawn(send_then_destroy, 2, tmp_path, device, numel)
