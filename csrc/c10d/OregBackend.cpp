@@ -703,6 +703,7 @@ void OregBackend::failAll(std::exception_ptr error, bool announced) {
   transport_->quiesce();
   if (announced) transport_->awaitPeersFailed(std::chrono::seconds(2));
   for (auto& f : inflight_) f.work->complete(error);
+  selfChannel_.clear();
   std::vector<InFlight> failed;
   failed.swap(inflight_);
   inflightChanged();
@@ -745,14 +746,17 @@ c10::intrusive_ptr<c10d::Work> OregBackend::send(std::vector<at::Tensor>& tensor
 c10::intrusive_ptr<c10d::Work> OregBackend::sendImpl(std::vector<at::Tensor>& tensors, int dstRank,
                                                      int tag) {
   at::Tensor t = checkSingle(tensors, "send");
-  TORCH_CHECK_VALUE(dstRank >= 0 && dstRank < getSize() && dstRank != getRank(),
-                    "oreg_ccl: send to invalid rank ", dstRank, " (group size ", getSize(),
-                    ", own rank ", getRank(), ")");
-  Post post = [t = forWorker(t), dstRank, tag](Collective& c,
-                                           const c10::intrusive_ptr<OregWork>& work) {
+  TORCH_CHECK_VALUE(dstRank >= 0 && dstRank < getSize(), "oreg_ccl: send to invalid rank ",
+                    dstRank, " (group size ", getSize(), ")");
+  Post post = [t = forWorker(t), dstRank, tag, self = &selfChannel_](
+                  Collective& c, const c10::intrusive_ptr<OregWork>& work) {
     auto s = std::make_shared<Staged>(stage(t, t.scalar_type(), /*load=*/true));
-    RequestPtr req = c.transport.isend(Channel::kP2P, dstRank, static_cast<uint64_t>(tag), c.what,
-                                       s->buf.data_ptr(), s->buf.nbytes());
+    const auto wireTag = static_cast<uint64_t>(tag);
+    RequestPtr req =
+        dstRank == c.rank()
+            ? self->isend(wireTag, c.what, s->buf.data_ptr(), s->buf.nbytes())
+            : c.transport.isend(Channel::kP2P, dstRank, wireTag, c.what, s->buf.data_ptr(),
+                                s->buf.nbytes());
     // Raw pointer: the in-flight entry owns the work until it completes.
     onDone(req, [w = work.get(), s] { w->complete(nullptr); });
     return req;
@@ -773,18 +777,21 @@ c10::intrusive_ptr<c10d::Work> OregBackend::recvImpl(std::vector<at::Tensor>& te
                                                      int tag, std::chrono::milliseconds timeout) {
   at::Tensor t = checkSingle(tensors, "recv");
   checkWritable({t}, "recv");
-  TORCH_CHECK_VALUE(srcRank == kAnySource ||
-                        (srcRank >= 0 && srcRank < getSize() && srcRank != getRank()),
-                    "oreg_ccl: recv from invalid rank ", srcRank, " (group size ", getSize(),
-                    ", own rank ", getRank(), ")");
-  Post post = [t = forWorker(t), srcRank, tag](Collective& c,
-                                           const c10::intrusive_ptr<OregWork>& work) {
+  TORCH_CHECK_VALUE(srcRank == kAnySource || (srcRank >= 0 && srcRank < getSize()),
+                    "oreg_ccl: recv from invalid rank ", srcRank, " (group size ", getSize(), ")");
+  Post post = [t = forWorker(t), srcRank, tag, self = &selfChannel_](
+                  Collective& c, const c10::intrusive_ptr<OregWork>& work) {
     auto s = std::make_shared<Staged>(stage(t, t.scalar_type(), /*load=*/false));
     char* base = static_cast<char*>(s->buf.data_ptr());
-    RequestPtr req = c.transport.irecv(
-        Channel::kP2P, srcRank, static_cast<uint64_t>(tag), c.what, s->buf.nbytes(),
-        [base](const void* piece, size_t off, size_t n) { std::memcpy(base + off, piece, n); },
-        base);
+    const auto wireTag = static_cast<uint64_t>(tag);
+    // A receive from any source takes messages of other ranks only (as gloo's).
+    RequestPtr req =
+        srcRank == c.rank()
+            ? self->irecv(wireTag, c.what, base, s->buf.nbytes())
+            : c.transport.irecv(
+                  Channel::kP2P, srcRank, wireTag, c.what, s->buf.nbytes(),
+                  [base](const void* piece, size_t off, size_t n) { std::memcpy(base + off, piece, n); },
+                  base);
     Request* raw = req.get();
     onDone(req, [w = work.get(), s, raw, srcRank] {
       unstage(*s);

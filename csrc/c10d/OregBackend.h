@@ -48,6 +48,7 @@
 #include "../runtime/driver/Driver.h"
 #include "Algorithms.h"
 #include "OregWork.h"
+#include "SelfChannel.h"
 #include "Staging.h"
 #include "StreamOrder.h"
 #include "Topology.h"
@@ -361,6 +362,7 @@ class OregBackend final : public c10d::Backend {
   std::vector<InFlight> inflight_;
   std::atomic<bool> hasInflight_{false};  // !inflight_.empty(), for runInline
   std::atomic<bool> sendsInFlight_{false};  // a send in inflight_, for shutdown()
+  SelfChannel selfChannel_{getRank()};  // sends to this rank itself; runner only
   std::exception_ptr broken_;  // GUARDED_BY(mutex_) for writes: the group's first failure
 };
 

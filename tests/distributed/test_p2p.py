@@ -1,4 +1,5 @@
 """send / recv / recv from any source, tags, batch_isend_irecv."""
+import os
 import time
 
 import pytest
@@ -140,25 +141,26 @@ def test_batch_mixing_cpu_and_openreg_tensors(tmp_path):
 
 
 def raises_at_wait(works, what, *fragments):
-    """Waiting for `works` raises ValueError with every fragment in its message."""
+    """Waiting for `works` raises (ValueError or RuntimeError, as the op's check
+    raises at the call outside a batch) with every fragment in its message."""
     try:
         for w in works:
             w.wait()
-    except ValueError as e:
+    except (ValueError, RuntimeError) as e:
         assert all(f in str(e) for f in fragments), e
     else:
         raise AssertionError(f"{what} did not raise")
 
 
 def bad_op_in_batch(rank, n):
-    # An invalid op inside batch_isend_irecv (here: a send to oneself) raises at
+    # An invalid op inside batch_isend_irecv (here: a negative tag) raises at
     # wait(), after c10d's coalescing block closed: raised inside it, the error
     # would leave the process group coalescing and later collectives no-ops.
     peer = 1 - rank
-    ops = [dist.P2POp(dist.isend, torch.ones(2), rank),
+    ops = [dist.P2POp(dist.isend, torch.ones(2), peer, tag=-1),
            dist.P2POp(dist.isend, torch.ones(2), peer),
            dist.P2POp(dist.irecv, torch.zeros(2), peer)]
-    raises_at_wait(dist.batch_isend_irecv(ops), "the send to self", "invalid rank")
+    raises_at_wait(dist.batch_isend_irecv(ops), "a negative tag", "Tag must be nonnegative")
     t = torch.ones(3)
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((3,), 2.0)), t
@@ -245,3 +247,44 @@ def send_then_destroy(rank, n, device, numel):
 @pytest.mark.parametrize("device", ["cpu", "openreg"])
 def test_send_reaches_a_receiver_after_the_sender_destroyed_its_group(tmp_path, device, numel):
     spawn(send_then_destroy, 2, tmp_path, device, numel)
+
+
+def sends_to_itself(rank, n, device):
+    # NCCL allows a rank to send to itself (gloo refuses): an all-to-all
+    # written as send/recv pairs over every rank, self included.
+    dev = torch.device(device, rank) if device == "openreg" else torch.device("cpu")
+    ins = [torch.full((100 * (p + 1),), float(rank * 10 + p), device=dev) for p in range(n)]
+    outs = [torch.zeros(100 * (rank + 1), device=dev) for _ in range(n)]
+    ops = []
+    for p in range(n):
+        ops.append(dist.P2POp(dist.isend, ins[p], p))
+        ops.append(dist.P2POp(dist.irecv, outs[p], p))
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    for p in range(n):
+        assert outs[p].cpu().eq(p * 10 + rank).all(), (p, outs[p][:4])
+    # The receive first, and a message larger than any ring; tags keep pairs apart.
+    x = torch.arange(BIG, dtype=torch.float32, device=dev)
+    r, small = torch.zeros(BIG, device=dev), torch.zeros(2, device=dev)
+    works = [dist.irecv(r, rank, tag=5), dist.irecv(small, rank, tag=6),
+             dist.isend(torch.ones(2, device=dev), rank, tag=6), dist.isend(x, rank, tag=5)]
+    for work in works:
+        work.wait()
+    assert torch.equal(r.cpu(), x.cpu()) and small.cpu().tolist() == [1.0, 1.0]
+    dist.barrier()
+    # Sizes that differ fail the group, as between ranks.
+    if n == 1:
+        with pytest.raises(dist.DistBackendError, match="posted a recv of 16 bytes .* sent 12 bytes"):
+            works = [dist.isend(torch.ones(3, device=dev), rank, tag=9),
+                     dist.irecv(torch.ones(4, device=dev), rank, tag=9)]
+            for work in works:
+                work.wait()
+            torch.openreg.synchronize()
+        os._exit(0)  # skip destroy: the group is broken
+
+
+@pytest.mark.parametrize("n,hosts", [(1, None), (2, None), (2, (0, 1))],
+                         ids=["one-rank", "two-ranks", "two-hosts"])
+@pytest.mark.parametrize("device", ["cpu", "openreg"])
+def test_a_rank_sends_to_itself(tmp_path, device, n, hosts):
+    spawn(sends_to_itself, n, tmp_path, device, host_of=hosts)
