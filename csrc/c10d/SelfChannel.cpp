@@ -28,29 +28,27 @@ void SelfChannel::match(const Pending& send, const Pending& recv) {
   completeRequest(*send.req, rank_);
 }
 
+RequestPtr SelfChannel::post(Pending mine, bool isSend) {
+  mine.req = std::make_shared<Request>();
+  mine.req->peer = rank_;
+  bool found;
+  Pending other = takeFirst(isSend ? recvs_ : sends_, mine.tag, found);
+  if (!found)
+    (isSend ? sends_ : recvs_).push_back(mine);
+  else if (isSend)
+    match(mine, other);
+  else
+    match(other, mine);
+  return mine.req;
+}
+
 RequestPtr SelfChannel::isend(uint64_t tag, const std::string& what, const void* data,
                               size_t bytes) {
-  Pending send{std::make_shared<Request>(), tag, what, data, nullptr, bytes};
-  send.req->peer = rank_;
-  bool found;
-  Pending recv = takeFirst(recvs_, tag, found);
-  if (found)
-    match(send, recv);
-  else
-    sends_.push_back(send);
-  return send.req;
+  return post({nullptr, tag, what, data, nullptr, bytes}, /*isSend=*/true);
 }
 
 RequestPtr SelfChannel::irecv(uint64_t tag, const std::string& what, void* dest, size_t bytes) {
-  Pending recv{std::make_shared<Request>(), tag, what, nullptr, dest, bytes};
-  recv.req->peer = rank_;
-  bool found;
-  Pending send = takeFirst(sends_, tag, found);
-  if (found)
-    match(send, recv);
-  else
-    recvs_.push_back(recv);
-  return recv.req;
+  return post({nullptr, tag, what, nullptr, dest, bytes}, /*isSend=*/false);
 }
 
 void SelfChannel::clear() {

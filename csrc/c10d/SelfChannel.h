@@ -37,6 +37,8 @@ class SelfChannel {
   // Copies the send's payload into the receive and completes both; throws on
   // a size mismatch.
   void match(const Pending& send, const Pending& recv);
+  // Matches `mine` with the first waiting other side of its tag, or queues it.
+  RequestPtr post(Pending mine, bool isSend);
   static Pending takeFirst(std::deque<Pending>& q, uint64_t tag, bool& found);
 
   const int rank_;
