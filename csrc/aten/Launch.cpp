@@ -10,6 +10,7 @@
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/impl/COW.h>
 
 #include "../runtime/OpenRegCachingAllocator.h"
 #include "../runtime/OpenRegException.h"
@@ -52,6 +53,11 @@ at::Tensor kernelView(const at::Tensor& t) {
   }
   if (!isOpenReg(t)) return t;
   const c10::Storage& storage = t.storage();
+  // A copy-on-write storage (torch._lazy_clone's) gets memory of its own
+  // first, as ATen's mutable_data_ptr() gives it: a kernel view cannot tell
+  // its kernel's reads from its writes, which would reach every tensor sharing it.
+  if (c10::impl::cow::is_cow_data_ptr(storage.data_ptr()))
+    storage.unsafeGetStorageImpl()->mutable_data();
   // A storage resized to fewer bytes than its tensor spans (FSDP frees
   // parameters with resize_(0)): the kernel would reach memory that is no
   // longer the tensor's, or none (CUDA: an illegal memory access). Refused at

@@ -96,6 +96,32 @@ def test_lazy_clone_copies_on_write():
     assert y.tolist() == [10.0, 11.0, 12.0, 13.0, 14.0, 15.0]
 
 
+WRITES = {
+    "fill_": lambda t: t.fill_(7),
+    "zero_": lambda t: t.zero_(),
+    "copy_ from the device": lambda t: t.copy_(torch.ones(6, device="openreg")),
+    "copy_ from the host": lambda t: t.copy_(torch.ones(6)),
+    "setitem": lambda t: t.__setitem__(0, 9.0),
+    "index_put_": lambda t: t.index_put_((torch.tensor([1], device="openreg"),),
+                                         torch.tensor(3.0, device="openreg")),
+    "normal_": lambda t: t.normal_(),
+    "sort out=": lambda t: torch.sort(torch.ones(6, device="openreg"),
+                                      out=(t, torch.empty(6, dtype=torch.long, device="openreg"))),
+    "cumsum out=": lambda t: torch.cumsum(torch.ones(6, device="openreg"), 0, out=t),
+}
+
+
+@pytest.mark.parametrize("write", list(WRITES), ids=list(WRITES))
+@pytest.mark.parametrize("written", ["clone", "original"])
+def test_lazy_clone_copies_on_write_for_every_kind_of_kernel(write, written):
+    # Not only TensorIterator's outputs (add_ above): native kernels, copies and
+    # the fallback's kernels write through kernel views, which copy first.
+    x = torch.arange(6.0, device="openreg")
+    y = torch._lazy_clone(x)
+    WRITES[write](y if written == "clone" else x)
+    assert (x if written == "clone" else y).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
 def test_deterministic_mode_fills_uninitialized_memory():
     # As CUDA's empty: NaN for floating types, the largest value for integers.
     torch.use_deterministic_algorithms(True)
