@@ -7,6 +7,7 @@ captures are recorded, and ``replay()`` runs them again with one launch, on the
 same memory (the graph's private pool). Tests: tests/runtime/test_graphs.py.
 """
 import gc
+from typing import Optional
 
 import torch
 
@@ -25,14 +26,16 @@ class Graph(torch.accelerator.Graph):
     """torch.cuda.CUDAGraph's counterpart: the generic ``torch.accelerator.Graph``
     (which openreg fills), with CUDAGraph's ``check_input_liveness``: a replay
     after a tensor the capture read from outside the graph was freed raises,
-    naming where it was used and freed (openreg/_graph_inputs.py)."""
+    naming where it was used and freed (openreg/_graph_inputs.py). Off by
+    default, as CUDA's, unless the race checker is on (``None``: checked while
+    ``torch.openreg.sanitizer`` is enabled at the capture)."""
 
     def __new__(cls, keep_graph: bool = False, *, pool=None, capture_error_mode="default",
-                check_input_liveness: bool = False):
+                check_input_liveness: Optional[bool] = None):
         return super().__new__(cls, keep_graph, pool=pool, capture_error_mode=capture_error_mode)
 
     def __init__(self, keep_graph: bool = False, *, pool=None, capture_error_mode="default",
-                 check_input_liveness: bool = False):
+                 check_input_liveness: Optional[bool] = None):
         super().__init__(keep_graph, pool=pool, capture_error_mode=capture_error_mode)
         self.check_input_liveness = check_input_liveness
         self._inputs = None  # the InputLiveness of the last capture, if checked
@@ -41,7 +44,10 @@ class Graph(torch.accelerator.Graph):
         self._stop_noting()
         self._inputs = None
         super().capture_begin()
-        if self.check_input_liveness:
+        check = self.check_input_liveness
+        if check is None:
+            check = _C._sanitizer_enabled()
+        if check:
             from ._graph_inputs import InputLiveness
 
             self._inputs = InputLiveness()

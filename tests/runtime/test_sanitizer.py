@@ -331,3 +331,22 @@ def test_graph_replays_are_checked_as_the_kernels_they_replay(sanitizer):
     assert f"a kernel (aten::mul) on stream {replayer.stream_id}" in str(info.value)
     torch.openreg.current_stream().wait_stream(replayer)
     assert y.sum().item() == 6000
+
+
+def test_a_graph_reading_a_freed_tensor_raises_at_replay(sanitizer):
+    # One stream frees and reuses the block, so no stream race shows it; with the
+    # race checker on, graphs check their inputs' liveness unless told not to
+    # (CUDA's option, off by default otherwise).
+    def capture(**option):
+        w = torch.full((1000,), 2.0, device=DEV)
+        g = torch.openreg.Graph(**option)
+        with torch.openreg.graph(g):
+            y = w * 3
+        del w
+        torch.full((1000,), -1.0, device=DEV)  # may take w's block
+        return g, y
+    g, _ = capture()
+    with pytest.raises(RuntimeError, match="detected 1 dead tensor"):
+        g.replay()
+    unchecked, _ = capture(check_input_liveness=False)
+    unchecked.replay()
