@@ -11,8 +11,22 @@ import traceback
 import weakref
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_iter
+
+
+def _plain_tensors(tree):
+    """The plain tensors in `tree`, a wrapper subclass's (a DTensor's local
+    tensor) in its place: a wrapper has no storage, and the mode does not see
+    the ops it runs on its inner tensors."""
+    for t in tree_iter(tree):
+        if not isinstance(t, torch.Tensor):
+            continue
+        if is_traceable_wrapper_subclass(t):
+            names, _ = t.__tensor_flatten__()
+            yield from _plain_tensors([getattr(t, name) for name in names])
+        else:
+            yield t
 
 
 def _stack(skip: int) -> str:
@@ -53,13 +67,13 @@ class InputLiveness(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if torch.openreg.is_current_stream_capturing():
-            for t in tree_iter((args, kwargs)):
-                if isinstance(t, torch.Tensor) and (t.is_openreg or t.is_pinned()):
+            for t in _plain_tensors((args, kwargs)):
+                if t.is_openreg or t.is_pinned():
                     address = t.untyped_storage().data_ptr()
                     if address and address not in self.outputs and address not in self.inputs:
                         self.inputs[address] = _Input(t)
-            for t in tree_iter(out):
-                if isinstance(t, torch.Tensor) and t.is_openreg:
+            for t in _plain_tensors(out):
+                if t.is_openreg:
                     self.outputs.add(t.untyped_storage().data_ptr())
         return out
 
@@ -70,8 +84,11 @@ class InputLiveness(TorchDispatchMode):
             self.__exit__(None, None, None)
 
     def check(self, pool) -> None:
-        # A dead input whose address lies in a live block of the graph's own pool
-        # was the graph's memory all along (a static input made during capture).
+        # A dead input whose address lies in the graph's own pool was the graph's
+        # memory all along, which the pool keeps for it, freed or not: a static
+        # input made during the capture, a storage the capture resized (FSDP's
+        # unsharded parameters), another graph's output in a shared pool. (CUDA's
+        # check counts every block of the pool, inactive ones too.)
         dead = [i for i in self.inputs.values() if not i.alive() and not _in_pool(i, pool)]
         if not dead:
             return
@@ -88,11 +105,5 @@ class InputLiveness(TorchDispatchMode):
 
 
 def _in_pool(i: _Input, pool) -> bool:
-    for segment in torch.openreg.memory_snapshot(pool):
-        if segment["device"] != i.device.index:
-            continue
-        for block in segment["blocks"]:
-            if block["address"] <= i.address < block["address"] + block["size"] and \
-                    block["state"].startswith("active"):
-                return True
-    return False
+    return any(s["device"] == i.device.index and s["address"] <= i.address < s["address"] + s["total_size"]
+               for s in torch.openreg.memory_snapshot(pool))

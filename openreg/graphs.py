@@ -87,14 +87,16 @@ class graph:
     _capture_streams: dict = {}
 
     def __init__(self, openreg_graph, pool=None, stream=None, capture_error_mode=None,
-                 enable_annotations: bool = False, check_input_liveness: bool = False):
+                 enable_annotations: bool = False, check_input_liveness: Optional[bool] = None):
         if enable_annotations:
             raise NotImplementedError("openreg graphs have no kernel annotations "
                                       "(torch.cuda.graph's enable_annotations)")
-        if check_input_liveness:
+        if check_input_liveness is not None:  # None: the graph's own setting
             if not isinstance(openreg_graph, Graph):
-                raise TypeError("check_input_liveness needs a torch.openreg.Graph")
-            openreg_graph.check_input_liveness = True
+                if check_input_liveness:
+                    raise TypeError("check_input_liveness needs a torch.openreg.Graph")
+            else:
+                openreg_graph.check_input_liveness = check_input_liveness
         _lazy_init()
         device = torch.openreg.current_device()
         if stream is None:

@@ -663,12 +663,18 @@ void OregBackend::sweepInFlight() {
 
 void OregBackend::inflightChanged() {
   hasInflight_.store(!inflight_.empty(), std::memory_order_release);
-  const bool sending = std::any_of(inflight_.begin(), inflight_.end(), [](const InFlight& f) {
-    return f.work->retrieveOpType() == c10d::OpType::SEND;
+  // A send to this rank itself is left out: once shutdown() began, nothing
+  // can post its receive.
+  const bool sending = std::any_of(inflight_.begin(), inflight_.end(), [&](const InFlight& f) {
+    return f.work->retrieveOpType() == c10d::OpType::SEND && f.req->peer != getRank();
   });
   if (sendsInFlight_.exchange(sending, std::memory_order_acq_rel) && !sending) {
-    { std::lock_guard<std::mutex> g(mutex_); }  // shutdown() may be between its check and its wait
-    cv_.notify_all();
+    bool waited;
+    {
+      std::lock_guard<std::mutex> g(mutex_);  // shutdown() may be between its check and its wait
+      waited = shutDown_;
+    }
+    if (waited) cv_.notify_all();  // not the parked worker after every inline send
   }
 }
 
@@ -970,7 +976,10 @@ void OregBackend::shutdown() {
     const bool idle = cv_.wait_for(lock, grace, [&] {
       return queue_.empty() && !running_ && !sendsInFlight_.load(std::memory_order_acquire);
     });
-    if (idle && transport_->failure().empty()) warnUnreceived();
+    // Only while no thread drives the transport: the check reads its state.
+    if (idle && !driving_ && !hasInflight_.load(std::memory_order_acquire) &&
+        transport_->failure().empty())
+      warnUnreceived();
   }
   transport_->cancel("oreg_ccl: rank " + std::to_string(getRank()) +
                          ": the process group was shut down",

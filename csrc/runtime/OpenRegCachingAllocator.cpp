@@ -934,11 +934,27 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
   c10::DeleterFnPtr raw_deleter() const override { return &deleteBlock; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    // Used by storage copies (e.g. clone of a Storage): runs after queued work.
+    // Allocator::clone's copy (a copy-on-write storage getting memory of its
+    // own): queued on the current stream, as cudaMemcpyAsync would be, so it
+    // follows the work queued there, waits for nothing, and in a graph
+    // capture is recorded like any kernel. It must not throw: ATen's
+    // copy-on-write bookkeeping has already let go of the shared memory.
     c10::DeviceIndex device = static_cast<c10::DeviceIndex>(orPointerDevice(dest));
     if (device < 0) device = static_cast<c10::DeviceIndex>(orPointerDevice(src));
-    if (device >= 0) synchronizeStream(getCurrentStream(device));
-    std::memcpy(orKernelPtr(dest), orKernelPtr(src), count);
+    if (device < 0 || count == 0) {
+      if (count) std::memcpy(dest, src, count);
+      return;
+    }
+    orStream raw = rawStream(getCurrentStream(device));
+    std::vector<orAccess> accesses;
+    if (orSanitizerEnabled())
+      accesses = {{src, count, false, "copy-on-write copy"}, {dest, count, true, "copy-on-write copy"}};
+    const orError error = orLaunchKernel(
+        raw, [dest, src, count] { std::memcpy(orKernelPtr(dest), orKernelPtr(src), count); },
+        std::move(accesses));
+    if (error != orSuccess)  // a failed stream runs nothing more; a race is reported
+      TORCH_WARN("openreg: a copy-on-write copy could not be queued: ",
+                 error == orErrorDataRace ? orSanitizerLastReport() : orGetErrorString(error));
   }
 
   // As CUDA's: torch.accelerator's memory queries answer {} / 0 without

@@ -289,7 +289,9 @@ def captured_step(rank, n, wrapper):
             torch.nn.functional.mse_loss(model(static_x), static_y).backward()
             opt.step()
     torch.openreg.current_stream(dev).wait_stream(s)
-    g = torch.openreg.Graph()
+    # Checked: FSDP2's parameters are DTensors, and its unsharded parameters
+    # get memory from the graph's pool by a storage resize no operator shows.
+    g = torch.openreg.Graph(check_input_liveness=True)
     opt.zero_grad(set_to_none=True)
     with torch.openreg.graph(g, stream=s):
         static_loss = torch.nn.functional.mse_loss(model(static_x), static_y)

@@ -272,6 +272,16 @@ def sends_to_itself(rank, n, device):
         work.wait()
     assert torch.equal(r.cpu(), x.cpu()) and small.cpu().tolist() == [1.0, 1.0]
     dist.barrier()
+    # An unmatched send to itself does not hold up a shutdown (nothing can
+    # receive it once the group shuts down).
+    g = dist.new_group(list(range(n)))
+    pending = dist.isend(torch.ones(2, device=dev), rank, group=g)
+    start = time.monotonic()
+    dist.destroy_process_group(g)
+    assert time.monotonic() - start < 5
+    with pytest.raises(dist.DistBackendError, match="shut down"):
+        pending.wait()
+        torch.openreg.synchronize()
     # Sizes that differ fail the group, as between ranks.
     if n == 1:
         with pytest.raises(dist.DistBackendError, match="posted a recv of 16 bytes .* sent 12 bytes"):

@@ -854,3 +854,26 @@ def test_check_input_liveness_reports_an_input_freed_before_replay():
         h.replay()
     with pytest.raises(NotImplementedError, match="enable_annotations"):
         torch.openreg.graph(torch.openreg.Graph(), enable_annotations=True)
+    # An explicit False holds under the race checker too (its default: checked).
+    k = torch.openreg.Graph()
+    t = torch.ones(10, device="openreg")
+    with torch.openreg.graph(k, check_input_liveness=False):
+        t * 2
+    del t
+    k.replay()
+
+
+def test_check_input_liveness_accepts_another_graphs_output_in_a_shared_pool():
+    # As CUDA's check: memory of the pool stays the graphs' while they live,
+    # even once the tensor that named it is gone (g1's replays write it).
+    pool = torch.openreg.graph_pool_handle()
+    a = torch.ones(100, device="openreg")
+    g1, g2 = torch.openreg.Graph(check_input_liveness=True), torch.openreg.Graph(check_input_liveness=True)
+    with torch.openreg.graph(g1, pool=pool):
+        b = a * 2
+    with torch.openreg.graph(g2, pool=pool):
+        c = b + 1
+    del b
+    g1.replay()
+    g2.replay()
+    assert c[:2].tolist() == [3.0, 3.0]
