@@ -5,8 +5,13 @@
 // (through the helpers they call with outputs already sized) and
 // logcumsumexp. Each queues its CPU kernel on the current stream, as CUDA
 // queues its scan kernels; a dtype the CPU kernel rejects raises at the call.
+// And cumsum, a structured kernel over ATen's meta function (Structured.h):
+// its Meta kernel is a Python reference whose first call imports
+// torch._dynamo (~1.2 s once per process).
 // Tests: tests/runtime/test_graphs.py (captured), tests/ops/test_opinfo.py.
 #include <ATen/ATen.h>
+#include <ATen/ops/cumsum_cpu_dispatch.h>
+#include <ATen/ops/cumsum_meta.h>
 #include <torch/library.h>
 
 #include <array>
@@ -72,7 +77,22 @@ Tensor logcumsumexp(const Tensor& self, int64_t dim) {
 
 }  // namespace
 
+const auto cumsumCpu = [](Tensor& out, auto&... a) { at::cpu::cumsum_out(out, a...); };
+
+Tensor cumsum(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  return structured<at::meta::structured_cumsum>("cumsum", cumsumCpu, self, dim, dtype);
+}
+Tensor& cumsum_(Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype) {
+  return structuredInplace<at::meta::structured_cumsum>("cumsum_", cumsumCpu, self, dim, dtype);
+}
+Tensor& cumsumOut(const Tensor& self, int64_t dim, std::optional<at::ScalarType> dtype, Tensor& out) {
+  return structuredOut<at::meta::structured_cumsum>("cumsum.out", cumsumCpu, out, self, dim, dtype);
+}
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("cumsum", TORCH_FN(cumsum));
+  m.impl("cumsum_", TORCH_FN(cumsum_));
+  m.impl("cumsum.out", TORCH_FN(cumsumOut));
   m.impl("_cummax_helper", TORCH_FN(cummaxHelper));
   m.impl("_cummin_helper", TORCH_FN(cumminHelper));
   m.impl("_logcumsumexp", TORCH_FN(logcumsumexp));

@@ -55,7 +55,11 @@ struct OpenRegStructured final : public Meta {
       // out= semantics, as ATen's generated resize_out: resize (with ATen's
       // warning for non-empty outputs), and only an output that was resized
       // takes the meta function's layout (a channels-last or transposed
-      // input gives a like-laid-out result, as on the CPU).
+      // input gives a like-laid-out result, as on the CPU). The dtype must be
+      // the meta function's, as resize_out checks it (on the CPU's kernel
+      // only, the stream would fail instead of the call).
+      TORCH_CHECK(options.dtype() == outputs[i].dtype(), "Expected out tensor to have dtype ",
+                  options.dtype(), ", but got ", outputs[i].dtype(), " instead");
       if (at::native::resize_output(outputs[i], sizes)) {
         if (!strides.empty())
           outputs[i].as_strided_(sizes, strides);

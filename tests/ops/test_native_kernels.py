@@ -218,3 +218,23 @@ def test_layer_norm_statistics_dtype_with_a_float_bias_only():
         torch.native_layer_norm(x.to("openreg"), [8], torch.ones(8, device="openreg"),
                                 bias.bfloat16().to("openreg"), 1e-5)
 
+
+
+def test_range_triangular_and_cumulative_ops_do_not_import_dynamo():
+    # Their Meta kernels are Python references whose first call imports
+    # torch._dynamo (1-2 s once per process: every rank of a job at its first
+    # forward); native kernels skip them. Checked in a fresh process.
+    import subprocess
+    import sys
+    code = (
+        "import sys, torch\n"
+        "d = 'openreg'\n"
+        "x = torch.ones(4, 4, device=d)\n"
+        "r = [torch.arange(5, device=d), torch.arange(0, 1, 0.25, device=d),\n"
+        "     torch.linspace(0, 1, 5, device=d), x.tril(), x.triu(1), x.cumsum(0)]\n"
+        "assert r[1].tolist() == [0.0, 0.25, 0.5, 0.75] and r[3].sum().item() == 10\n"
+        "assert r[5][:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]\n"
+        "print('torch._dynamo' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "False"
