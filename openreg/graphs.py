@@ -45,8 +45,8 @@ class Graph(torch.accelerator.Graph):
         self._inputs = None
         super().capture_begin()
         check = self.check_input_liveness
-        if check is None:
-            check = _C._sanitizer_enabled()
+        if check is None:  # the race checker's setting
+            check = torch.openreg.sanitizer.is_enabled()
         if check:
             from ._graph_inputs import InputLiveness
 

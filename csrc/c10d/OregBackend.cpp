@@ -952,12 +952,7 @@ c10::intrusive_ptr<c10d::Backend> OregBackend::split(
 }
 
 void OregBackend::warnUnreceived() {
-  std::string message;
-  try {
-    message = transport_->unreceived();
-  } catch (const std::exception&) {
-    return;  // the group failed meanwhile: its error was raised already
-  }
+  const std::string message = transport_->unreceived();
   if (!message.empty())
     TORCH_WARN("oreg_ccl: rank ", getRank(), ": the process group was shut down without receiving ",
                message, ". Its ranks did not call the same collectives: a broadcast or scatter ",

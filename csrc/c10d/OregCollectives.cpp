@@ -44,6 +44,12 @@ bool sameNumel(const at::Tensor& ref, const std::vector<at::Tensor>& ts) {
 
 // The description a list of unequal sizes is matched by across ranks: every
 // rank knows every size from its own list.
+// One tensor of a list op's description: "1000 x Float, 1000 x Float, ...".
+void appendDescribed(std::string& desc, const at::Tensor& t) {
+  if (!desc.empty()) desc += ", ";
+  desc += describe(t);
+}
+
 std::string describeSizes(c10::ScalarType dtype, const std::vector<at::Tensor>& ts) {
   std::string desc = c10::str(dtype, " of sizes");
   for (const auto& t : ts) desc += c10::str(" ", t.numel());
@@ -200,7 +206,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allreduceCoalescedImpl(
   std::string desc;
   for (const auto& t : tensors) {
     specs.push_back(reduceSpec(opts.reduceOp, t, "allreduce_coalesced"));
-    desc += (desc.empty() ? "" : ", ") + describe(t);
+    appendDescribed(desc, t);
   }
   // The PREMUL_SUM factor tensor (one for all) is read by the worker too.
   std::vector<at::Tensor> inputs = tensors;
@@ -273,7 +279,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherImpl(std::vector<at::Tensor
     TORCH_CHECK_VALUE(outputs[i].numel() == inputs[i].numel() * getSize(), "oreg_ccl: ", name,
                       ": output has ", outputs[i].numel(), " elements, expected ", getSize(),
                       " x ", inputs[i].numel());
-    desc += (desc.empty() ? "" : ", ") + describe(inputs[i]);
+    appendDescribed(desc, inputs[i]);
     checkInPlaceBlock(outputs[i], inputs[i], getRank(), name, "input", "output");
   }
   checkWritable(outputs, name);
@@ -369,7 +375,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::allgatherLists(
     checkSameTypeAndSize(inputs[i], outputLists[i], name);
     checkSameDevice(inputs[0], {inputs[i]}, name);
     outs.insert(outs.end(), outputLists[i].begin(), outputLists[i].end());
-    desc += (desc.empty() ? "" : ", ") + describe(inputs[i]);
+    appendDescribed(desc, inputs[i]);
   }
   checkWritable(outs, name);
   return enqueue(type, name, desc, inputs, outs, call, [outputLists = forWorker(outputLists),
@@ -469,7 +475,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterImpl(std::vector<at::Te
                       outputs[i].numel());
     specs.push_back(reduceSpec(opts.reduceOp, inputs[i], name));
     if (specs.back().factorTensor.defined()) reads.push_back(specs.back().factorTensor);
-    desc += (desc.empty() ? "" : ", ") + describe(outputs[i]);
+    appendDescribed(desc, outputs[i]);
     checkInPlaceBlock(inputs[i], outputs[i], getRank(), name, "output", "input");
   }
   checkWritable(outputs, name);

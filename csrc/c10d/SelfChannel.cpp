@@ -6,16 +6,14 @@
 
 namespace openreg::ccl {
 
-SelfChannel::Pending SelfChannel::takeFirst(std::deque<Pending>& q, uint64_t tag, bool& found) {
+std::optional<SelfChannel::Pending> SelfChannel::takeFirst(std::deque<Pending>& q, uint64_t tag) {
   for (auto it = q.begin(); it != q.end(); ++it) {
     if (it->tag != tag) continue;
     Pending p = std::move(*it);
     q.erase(it);
-    found = true;
     return p;
   }
-  found = false;
-  return {};
+  return std::nullopt;
 }
 
 void SelfChannel::match(const Pending& send, const Pending& recv) {
@@ -31,14 +29,13 @@ void SelfChannel::match(const Pending& send, const Pending& recv) {
 RequestPtr SelfChannel::post(Pending mine, bool isSend) {
   mine.req = std::make_shared<Request>();
   mine.req->peer = rank_;
-  bool found;
-  Pending other = takeFirst(isSend ? recvs_ : sends_, mine.tag, found);
-  if (!found)
+  std::optional<Pending> other = takeFirst(isSend ? recvs_ : sends_, mine.tag);
+  if (!other)
     (isSend ? sends_ : recvs_).push_back(mine);
   else if (isSend)
-    match(mine, other);
+    match(mine, *other);
   else
-    match(other, mine);
+    match(*other, mine);
   return mine.req;
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 
 #include "Transport.h"
@@ -39,7 +40,7 @@ class SelfChannel {
   void match(const Pending& send, const Pending& recv);
   // Matches `mine` with the first waiting other side of its tag, or queues it.
   RequestPtr post(Pending mine, bool isSend);
-  static Pending takeFirst(std::deque<Pending>& q, uint64_t tag, bool& found);
+  static std::optional<Pending> takeFirst(std::deque<Pending>& q, uint64_t tag);
 
   const int rank_;
   std::deque<Pending> sends_;

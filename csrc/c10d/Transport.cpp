@@ -33,9 +33,12 @@ std::string wireWhat(const std::string& what, size_t field) {
 }
 
 void putWireWhat(char* dst, size_t field, const std::string& what) {
-  const std::string cut = what.size() < field ? std::string() : wireWhat(what, field);
-  std::strncpy(dst, cut.empty() ? what.c_str() : cut.c_str(), field - 1);
-  dst[field - 1] = '\0';
+  if (what.size() < field) {
+    std::memcpy(dst, what.c_str(), what.size() + 1);  // the common case: no copy of `what`
+    return;
+  }
+  const std::string cut = wireWhat(what, field);
+  std::memcpy(dst, cut.c_str(), cut.size() + 1);
 }
 
 std::string mismatchMessage(int rank, const PostedRecv& expected, int src, const std::string& what,
@@ -51,6 +54,10 @@ std::string sizeMismatchMessage(int rank, const PostedRecv& recv, int src, size_
   return "oreg_ccl: rank " + std::to_string(rank) + " posted a recv of " +
          std::to_string(recv.bytes) + " bytes (tag " + std::to_string(recv.tag) + ") but rank " +
          std::to_string(src) + " sent " + std::to_string(sent) + " bytes";
+}
+
+std::string unreceivedMessage(int src, const std::string& what, size_t bytes) {
+  return "rank " + std::to_string(src) + "'s " + what + " (" + std::to_string(bytes) + " bytes)";
 }
 
 void waitFor(Transport& transport, const RequestPtr& req, Clock::time_point deadline,

@@ -105,6 +105,8 @@ void putWireWhat(char* dst, size_t field, const std::string& what);
 std::string mismatchMessage(int rank, const PostedRecv& expected, int src, const std::string& what,
                             size_t bytes);
 std::string sizeMismatchMessage(int rank, const PostedRecv& recv, int src, size_t sent);
+// Transport::unreceived()'s words for a message nobody received.
+std::string unreceivedMessage(int src, const std::string& what, size_t bytes);
 
 class Transport {
  public:

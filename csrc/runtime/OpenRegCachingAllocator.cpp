@@ -939,12 +939,9 @@ class OpenRegCachingAllocatorImpl final : public c10::DeviceAllocator {
     // follows the work queued there, waits for nothing, and in a graph
     // capture is recorded like any kernel. It must not throw: ATen's
     // copy-on-write bookkeeping has already let go of the shared memory.
-    c10::DeviceIndex device = static_cast<c10::DeviceIndex>(orPointerDevice(dest));
-    if (device < 0) device = static_cast<c10::DeviceIndex>(orPointerDevice(src));
-    if (device < 0 || count == 0) {
-      if (count) std::memcpy(dest, src, count);
-      return;
-    }
+    if (count == 0) return;
+    // `dest` is this allocator's: Allocator::clone allocated it.
+    const auto device = static_cast<c10::DeviceIndex>(orPointerDevice(dest));
     orStream raw = rawStream(getCurrentStream(device));
     std::vector<orAccess> accesses;
     if (orSanitizerEnabled())

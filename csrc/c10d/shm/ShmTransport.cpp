@@ -567,9 +567,8 @@ std::string ShmTransport::unreceived() {
     if (rg->tail.load(std::memory_order_acquire) - head < kMessageHeader) continue;
     ShmMessageHeader h;
     fromRing(rg->data, ringBytes(ch), head, reinterpret_cast<char*>(&h), kMessageHeader);
-    return "rank " + std::to_string(groupRank(src)) + "'s " +
-           std::string(h.what, strnlen(h.what, sizeof(h.what))) + " (" + std::to_string(h.bytes) +
-           " bytes)";
+    return unreceivedMessage(groupRank(src), std::string(h.what, strnlen(h.what, sizeof(h.what))),
+                             h.bytes);
   }
   return "";
 }

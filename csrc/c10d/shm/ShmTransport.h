@@ -89,9 +89,9 @@ class ShmTransport final : public Transport {
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;
   void quiesce() override;
+  std::string unreceived() override;
   // Unmaps the peers' device memory this rank mapped (a peer that exited
   // stays resident while mapped).
-  std::string unreceived() override;
   void shutdown() override;
   // Large collective messages are read straight from the sender (see above).
   bool singleCopy() const { return singleCopyBytes_ > 0; }

@@ -228,21 +228,19 @@ ZmqTransport::~ZmqTransport() {
 }
 
 std::string ZmqTransport::unreceived() {
-  auto describe = [](uint64_t src, const std::string& what, uint64_t bytes) {
-    return "rank " + std::to_string(src) + "'s " + what + " (" + std::to_string(bytes) + " bytes)";
-  };
   for (int src = 0; src < size_; ++src) {
     const auto& box = inbox_[slot(src, Channel::kCollective)];
     if (!box.empty() && !box.front()->recv)
-      return describe(src, box.front()->what, box.front()->bytes);
+      return unreceivedMessage(src, box.front()->what, box.front()->bytes);
   }
   // What the I/O thread received since: looked at, not taken in (taking it
   // in completes requests, which is the runner's job).
   std::lock_guard<std::mutex> g(ioMutex_);
   for (const Arrival& a : arrivals_)
     if (a.header.kind == static_cast<uint8_t>(wire::Kind::kCollective) && a.header.offset == 0)
-      return describe(a.header.src, std::string(a.header.what, strnlen(a.header.what, sizeof(a.header.what))),
-                      a.header.bytes);
+      return unreceivedMessage(static_cast<int>(a.header.src),
+                               std::string(a.header.what, strnlen(a.header.what, sizeof(a.header.what))),
+                               a.header.bytes);
   return "";
 }
 
