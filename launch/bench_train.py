@@ -1,7 +1,11 @@
 """Steps/s of the training job: DDP on N openreg devices with oreg_ccl vs the same script on
 N CPU processes with gloo, side by side in one run (issue 6's speed goal: >= 1.5x).
 
-    python launch/bench_train.py [--devices 4] [--steps 200] [--strategy ddp] [--pairs 1]
+    python launch/bench_train.py [--devices 4] [--steps 200] [--strategy ddp] [--pairs 1] [--graph]
+
+--graph adds a third run: openreg with train.py --graph, the step captured as an openreg graph
+and replayed (what a CUDA user does when launches bound a small model's step; the CPU has no
+such thing, so its side stays eager).
 
 With --pairs N the two runs alternate N times (cpu, openreg, cpu, ...): every pair's ratio is
 printed and the table shows the pair with the median ratio, since this 2-vCPU VM's speed drifts
@@ -40,41 +44,56 @@ def run(devices, steps, strategy, device_type, extra):
     return summary
 
 
+def median(values):
+    return sorted(values)[(len(values) - 1) // 2]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--devices", type=int, default=4)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--strategy", default="ddp")
     p.add_argument("--pairs", type=int, default=1, help="alternating cpu/openreg runs")
+    p.add_argument("--graph", action="store_true",
+                   help="also run openreg with train.py --graph (the step captured and replayed)")
     args, extra = p.parse_known_args()
+    # (label, device type, backend, train.py's extra flags); the first is the reference.
+    variants = [("cpu", "cpu", "gloo", []), ("openreg", "openreg", "oreg_ccl", [])]
+    if args.graph:
+        variants.append(("openreg+graph", "openreg", "oreg_ccl", ["--graph"]))
     pairs = []
     for i in range(args.pairs):
         rows = []
-        for device_type, backend in (("cpu", "gloo"), ("openreg", "oreg_ccl")):
-            s = run(args.devices, args.steps, args.strategy, device_type, extra)
-            rows.append((device_type, backend, s["steady_steps_per_second"], s["steps_per_second"],
+        for label, device_type, backend, flags in variants:
+            s = run(args.devices, args.steps, args.strategy, device_type, extra + flags)
+            rows.append((label, backend, s["steady_steps_per_second"], s["steps_per_second"],
                          s["final_loss"], s["steady_cpu_seconds_per_step"]))
         pairs.append(rows)
         if args.pairs > 1:
-            print(f"# pair {i + 1}: {rows[1][2]:.2f} / {rows[0][2]:.2f} steady steps/s = "
-                  f"{rows[1][2] / rows[0][2]:.2f}x", flush=True)
+            print(f"# pair {i + 1}: " + ", ".join(
+                f"{row[0]} {row[2]:.2f} / {rows[0][2]:.2f} steady steps/s = {row[2] / rows[0][2]:.2f}x"
+                for row in rows[1:]), flush=True)
     pairs.sort(key=lambda rows: rows[1][2] / rows[0][2])
     rows = pairs[(len(pairs) - 1) // 2]
     if args.pairs > 1:
-        print(f"# median of {args.pairs} pairs below; ratios "
-              + ", ".join(f"{r[1][2] / r[0][2]:.2f}x" for r in pairs))
+        for v, (label, *_) in enumerate(variants[1:], 1):
+            ratios = sorted(r[v][2] / r[0][2] for r in pairs)
+            print(f"# {label}: median of {args.pairs} pairs {median(ratios):.2f}x; ratios "
+                  + ", ".join(f"{x:.2f}x" for x in ratios))
+        print("# the table: the pair with the median openreg (eager) ratio")
     print(f"# {args.strategy}, {args.devices} processes, {args.steps} steps; steady = after the "
           f"first {WARMUP_STEPS} (warm-up) steps, all = every step")
     print(f"# cpu ms/step: CPU time of all ranks per steady step; cores busy: that over wall time "
           f"and the machine's {os.cpu_count()} cores")
-    print(f"# {'device':<10}{'backend':<10}{'steady steps/s':>16}{'all steps/s':>13}{'final loss':>12}"
+    print(f"# {'device':<15}{'backend':<10}{'steady steps/s':>16}{'all steps/s':>13}{'final loss':>12}"
           f"{'cpu ms/step':>13}{'cores busy':>12}")
-    for device_type, backend, steady, every, loss, cpu in rows:
+    for label, backend, steady, every, loss, cpu in rows:
         busy = cpu * steady / os.cpu_count()
-        print(f"  {device_type:<10}{backend:<10}{steady:>16.2f}{every:>13.2f}{loss:>12.4f}"
+        print(f"  {label:<15}{backend:<10}{steady:>16.2f}{every:>13.2f}{loss:>12.4f}"
               f"{cpu * 1e3:>13.1f}{busy:>11.0%}")
-    print(f"# openreg+oreg_ccl / cpu+gloo: {rows[1][2] / rows[0][2]:.2f}x steady, "
-          f"{rows[1][3] / rows[0][3]:.2f}x over all steps")
+    for row in rows[1:]:
+        print(f"# {row[0]}+{row[1]} / cpu+gloo: {row[2] / rows[0][2]:.2f}x steady, "
+              f"{row[3] / rows[0][3]:.2f}x over all steps")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,10 @@ from models.gpt import GPT, GPTConfig  # noqa: E402
 
 STRATEGIES = ("none", "ddp", "fsdp", "fsdp2", "hsdp", "tp", "dp_tp")
 WARMUP_STEPS = 10
+# --graph: eager steps before the capture (DDP rebuilds its buckets after the
+# first; the optimizer creates its state in the first step).
+GRAPH_EAGER_STEPS = 3
+GRAPH_STRATEGIES = ("none", "ddp")
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "corpus.txt")
 
 
@@ -73,6 +77,10 @@ def parse_args(argv=None):
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile (Inductor) each transformer block")
+    p.add_argument("--graph", action="store_true",
+                   help="openreg, strategies none and ddp: capture the training step as an "
+                        "openreg graph after a few eager steps and replay it (as CUDA graphs are "
+                        "used when small models' steps are bound by launch cost)")
     p.add_argument("--device-type", default="openreg", choices=("openreg", "cpu"))
     p.add_argument("--backend", default=None, help="default: oreg_ccl on openreg, gloo on cpu")
     p.add_argument("--checkpoint-dir", default=None,
@@ -97,6 +105,13 @@ def parse_args(argv=None):
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.n_embd % args.n_head:
         p.error(f"--n-embd ({args.n_embd}) must divide by --n-head ({args.n_head})")
+    if args.graph and args.device_type != "openreg":
+        p.error("--graph needs --device-type openreg (the CPU has no graphs)")
+    if args.graph and args.strategy not in GRAPH_STRATEGIES:
+        p.error(f"--graph supports strategies {', '.join(GRAPH_STRATEGIES)}, not {args.strategy} "
+                "(sharded strategies read DTensor norms on the host while clipping)")
+    if args.graph and (args.compile or args.activation_checkpointing):
+        p.error("--graph cannot be combined with --compile or --activation-checkpointing")
     if args.checkpoint_every < 0:
         p.error("--checkpoint-every must be 0 (never) or more")
     if args.profile_steps < 0:
@@ -523,6 +538,8 @@ def main(argv=None):
     if args.device_type == "openreg":
         import openreg  # noqa: F401  (autoloaded by torch too; explicit for clarity)
         torch.openreg.set_device(local_rank)
+        if args.graph:  # see CapturedStep
+            torch.openreg.set_stream(torch.openreg.Stream())
         device = torch.device("openreg", local_rank)
     else:
         device = torch.device("cpu")
@@ -540,6 +557,8 @@ def main(argv=None):
     # CPU alike). Plain tensor parallelism leaves some parameters as plain
     # tensors beside DTensors, which neither fused nor foreach can mix.
     impl = {"foreach": False} if args.strategy == "tp" else {"fused": True}
+    if args.graph:
+        impl["capturable"] = True  # its step count and bias corrections stay on the device
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, **impl)
     local_batch = args.global_batch // dp_size  # layout_error() checked it divides
 
@@ -566,7 +585,8 @@ def main(argv=None):
     # FSDP2 casts through its MixedPrecisionPolicy; everything else (FSDP2's
     # strategies on one device included, where nothing is sharded) autocasts.
     from torch.distributed.fsdp import FSDPModule
-    autocast = (torch.autocast(args.device_type, dtype=torch.bfloat16)
+    # A captured step must cast the weights every replay: no autocast cache.
+    autocast = (torch.autocast(args.device_type, dtype=torch.bfloat16, cache_enabled=not args.graph)
                 if args.bf16 and not isinstance(model, FSDPModule) else nullcontext())
     losses, t0, tokens, comm0 = [], time.perf_counter(), 0, collective_seconds()
     # Steady-state speed leaves out the first steps (allocator warm-up, DDP's
@@ -585,13 +605,9 @@ def main(argv=None):
         untimed["seconds"] += time.perf_counter() - t
         untimed["collectives"] += collective_seconds() - c
 
-    untimed_at_warm = 0.0
-    diverged = False
-    for step in range(start_step, args.steps):
-        outside_timing(profiler.before, step)
-        x, y = global_batch(data, step, args.global_batch, args.seq_len, args.seed)
-        x = x[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
-        y = y[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
+    def train_step(x, y):
+        """One step on this rank's batch; returns the global batch's mean loss (identical on
+        all ranks)."""
         with autocast:
             logits = model(x)
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), y.view(-1))
@@ -600,10 +616,22 @@ def main(argv=None):
         if args.clip_grad > 0:
             clip_grad_norm(model, args.clip_grad, args.strategy)
         opt.step()
-        # The reported loss is the global-batch mean (identical on all ranks).
         report = loss.detach().clone()
         if distributed and dp_size > 1:
             dist.all_reduce(report, op=dist.ReduceOp.AVG)
+        return report
+
+    captured = None  # --graph: the CapturedStep, once taken
+    untimed_at_warm = 0.0
+    diverged = False
+    for step in range(start_step, args.steps):
+        outside_timing(profiler.before, step)
+        x, y = global_batch(data, step, args.global_batch, args.seq_len, args.seed)
+        x = x[dp_rank * local_batch:(dp_rank + 1) * local_batch]
+        y = y[dp_rank * local_batch:(dp_rank + 1) * local_batch]
+        if captured is None and args.graph and step - start_step >= GRAPH_EAGER_STEPS:
+            captured = CapturedStep(train_step, x.to(device), y.to(device), opt)
+        report = captured(x, y) if captured else train_step(x.to(device), y.to(device))
         value = report.item()
         losses.append(value)
         if not math.isfinite(value) and not diverged:
@@ -662,6 +690,7 @@ def main(argv=None):
                    "tokens_per_second": tokens / elapsed if elapsed else 0.0,
                    "peak_memory_bytes_per_device": peaks, "bf16": args.bf16,
                    "compiled": args.compile,
+                   "graph_replays": captured.replays if captured else 0,
                    # rank 0's share of the parameters (tensor parallelism and
                    # sharding shrink it)
                    "local_parameter_elements": local_parameter_elements(model),
@@ -679,6 +708,30 @@ def main(argv=None):
               f"summary in {args.out_dir}/summary.json", flush=True)
     if distributed:
         dist.destroy_process_group()
+
+
+class CapturedStep:
+    """--graph: the training step captured as an openreg graph (forward, backward, clipping,
+    the optimizer and the loss's all_reduce: NCCL-style collectives are capturable) and
+    replayed for each batch, copied into the capture's static inputs first. As with CUDA
+    graphs, the host then launches one graph per step instead of every kernel; the caller
+    runs the whole job on a side stream (a capture must not use the default stream)."""
+
+    def __init__(self, train_step, x, y, opt):
+        self.x, self.y, self.replays = x, y, 0
+        # Gradients set to None: backward allocates them in the graph's pool, and every
+        # replay writes them there again (torch's whole-network capture recipe).
+        opt.zero_grad(set_to_none=True)
+        self.graph = torch.openreg.Graph()
+        with torch.openreg.graph(self.graph, stream=torch.openreg.current_stream()):
+            self.loss = train_step(self.x, self.y)
+
+    def __call__(self, x, y):
+        self.x.copy_(x)
+        self.y.copy_(y)
+        self.graph.replay()
+        self.replays += 1
+        return self.loss
 
 
 class StepProfiler:
