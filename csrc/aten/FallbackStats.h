@@ -8,7 +8,18 @@
 #include <utility>
 #include <vector>
 
+namespace c10 {
+struct OperatorName;
+}
+
 namespace openreg {
+
+namespace kernels {
+// Counts a call of the generic path (`async`: which path it took); with
+// OPENREG_LOG_FALLBACK=1 also prints each operator the first time it is
+// counted (to find operators worth a native kernel).
+void recordFallback(const c10::OperatorName& op, bool async);
+}  // namespace kernels
 
 // (operator name with overload, calls) since start or the last reset.
 std::vector<std::pair<std::string, uint64_t>> fallbackCounts();
