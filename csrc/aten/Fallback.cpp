@@ -55,6 +55,7 @@
 #include "InferenceCache.h"
 #include "Kernels.h"
 #include "Launch.h"
+#include "MetaFunctions.h"
 
 namespace openreg::kernels {
 namespace {
@@ -1017,7 +1018,10 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
   PreparedCall meta_call = prepare(schema, args, num_args, meta);
   torch::jit::Stack meta_stack(meta_call.args.begin(), meta_call.args.end());
   try {
-    op.redispatchBoxed(kMetaKeys, &meta_stack);
+    if (const c10::KernelFunction* cpp = cppMetaKernel(op.operator_name()))
+      cpp->callBoxed(op, kMetaKeys, &meta_stack);
+    else
+      op.redispatchBoxed(kMetaKeys, &meta_stack);
   } catch (const std::exception&) {
     // No Meta kernel, or a data-dependent one (C++ kernels throw c10::Error;
     // Python meta registrations such as nonzero's raise NotImplementedError,

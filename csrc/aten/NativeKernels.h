@@ -41,6 +41,10 @@ at::Tensor& addcdiv_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t
 at::Tensor& addcdiv_out(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2,
                         const at::Scalar& value, at::Tensor& out);
 at::Tensor exp(const at::Tensor& self);
+at::Tensor cos(const at::Tensor& self);
+at::Tensor sin(const at::Tensor& self);
+at::Tensor log(const at::Tensor& self);
+at::Tensor erf(const at::Tensor& self);
 at::Tensor neg(const at::Tensor& self);
 at::Tensor reciprocal(const at::Tensor& self);
 at::Tensor rsqrt(const at::Tensor& self);

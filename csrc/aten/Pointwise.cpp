@@ -5,6 +5,14 @@
 #include <ATen/ops/clamp_meta.h>
 #include <ATen/ops/clamp_min_cpu_dispatch.h>
 #include <ATen/ops/clamp_min_meta.h>
+#include <ATen/ops/cos_cpu_dispatch.h>
+#include <ATen/ops/cos_meta.h>
+#include <ATen/ops/sin_cpu_dispatch.h>
+#include <ATen/ops/sin_meta.h>
+#include <ATen/ops/log_cpu_dispatch.h>
+#include <ATen/ops/log_meta.h>
+#include <ATen/ops/erf_cpu_dispatch.h>
+#include <ATen/ops/erf_meta.h>
 #include <ATen/ops/exp_cpu_dispatch.h>
 #include <ATen/ops/exp_meta.h>
 #include <ATen/ops/gelu_backward_cpu_dispatch.h>
@@ -132,6 +140,12 @@ OPENREG_UNARY(sqrt)
 OPENREG_UNARY(sigmoid)
 OPENREG_UNARY(tanh)
 OPENREG_UNARY(silu)
+// Python Meta references on Meta (their first call imports torch._dynamo):
+// rotary embeddings' cos/sin, losses' log.
+OPENREG_UNARY(cos)
+OPENREG_UNARY(sin)
+OPENREG_UNARY(log)
+OPENREG_UNARY(erf)
 #undef OPENREG_UNARY
 
 // clamp's meta takes OptionalScalarRef (a pointer); the queued kernel keeps

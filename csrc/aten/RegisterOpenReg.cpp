@@ -74,6 +74,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("addcdiv_", TORCH_FN(addcdiv_));
   m.impl("addcdiv.out", TORCH_FN(addcdiv_out));
   m.impl("exp", TORCH_FN(exp));
+  m.impl("cos", TORCH_FN(cos));
+  m.impl("sin", TORCH_FN(sin));
+  m.impl("log", TORCH_FN(log));
+  m.impl("erf", TORCH_FN(erf));
   m.impl("neg", TORCH_FN(neg));
   m.impl("reciprocal", TORCH_FN(reciprocal));
   m.impl("rsqrt", TORCH_FN(rsqrt));

@@ -1,5 +1,7 @@
 """The native hot-path kernels (csrc/aten/Pointwise.cpp, Blas.cpp, Reduction.cpp) against the
 CPU, including in-place variants, broadcasting, type promotion, and CUDA's device errors."""
+import re
+
 import pytest
 import torch
 
@@ -218,6 +220,64 @@ def test_layer_norm_statistics_dtype_with_a_float_bias_only():
         torch.native_layer_norm(x.to("openreg"), [8], torch.ones(8, device="openreg"),
                                 bias.bfloat16().to("openreg"), 1e-5)
 
+
+
+_CPP_META_OPS = """
+import sys, torch
+torch.manual_seed(0)
+c = torch.randn(6, 6)
+x = c.to("openreg")
+ops = {
+    "x > 0, cos, sin, log, erf": lambda t: (t > 0) | (t.cos() < t.sin()) | (t.abs() + 1).log().erf().ne(0),
+    "masked_fill": lambda t: t.masked_fill(t > 0, 2.0),
+    "masked_fill, tensor value": lambda t: t.masked_fill(t < 0, torch.tensor(3.0, device=t.device)),
+    "sort": lambda t: t.sort(dim=1, stable=True)[0],
+    "sort indices": lambda t: t.sort(dim=0, descending=True, stable=True)[1],
+    "cumprod": lambda t: t.cumprod(1),
+    "index_add": lambda t: t.index_add(0, torch.tensor([0, 2], device=t.device), t[:2]),
+    "clamp_max": lambda t: t.clamp_max(0.5),
+    "clamp_min by tensor": lambda t: t.clamp_min(t.t()),
+    "sum out=": lambda t: torch.sum(t, 1, out=torch.empty(6, device=t.device)),
+    "all": lambda t: torch.stack([(t > -10).all(), (t > 0).all(1).any()]),
+    "mse_loss": lambda t: torch.nn.functional.mse_loss(t, t * 2),
+    "max_pool2d": lambda t: torch.nn.functional.max_pool2d(t.view(1, 1, 6, 6), 2, return_indices=True)[1],
+    "interpolate": lambda t: torch.nn.functional.interpolate(t.view(1, 1, 6, 6), scale_factor=2),
+    "eye": lambda t: torch.eye(3, 4, device=t.device),
+    "exp out=": lambda t: torch.exp(t, out=torch.empty(6, 6, device=t.device)),
+    "bitwise_not": lambda t: ~(t > 0),
+}
+for name, f in ops.items():
+    got, want = f(x).cpu(), f(c)
+    assert got.dtype == want.dtype and torch.equal(got, want), (name, got, want)
+r = torch.randn(4000, device="openreg").cpu()  # normal_
+assert abs(r.mean().item()) < 0.1 and 0.9 < r.std().item() < 1.1
+print(sorted(m for m in ("sympy", "torch._dynamo") if m in sys.modules))
+"""
+
+
+def test_common_fallback_ops_infer_outputs_without_python_meta_kernels():
+    # `import torch` hands these operators' Meta key to Python kernels, whose
+    # first call imports sympy (and torch._dynamo for torch._refs ones): about
+    # 1.4 s once per process, every rank of a job. Comparisons and cos/sin/log/
+    # erf are native; the rest take the fallback with ATen's C++ Meta kernels
+    # (csrc/aten/MetaFunctions.cpp). Results as the CPU's, in a fresh process.
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", _CPP_META_OPS], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip() == "[]", r.stdout
+
+
+@pytest.mark.parametrize("mask_shape,message", [
+    ((5,), "The size of tensor a (4) must match the size of tensor b (5) at non-singleton dimension 1"),
+    ((2, 4, 4), "output with shape [4, 4] doesn't match the broadcast shape [2, 4, 4]"),
+])
+def test_masked_fill_with_a_mask_that_does_not_broadcast_raises_at_the_call(mask_shape, message):
+    x = torch.zeros(4, 4, device="openreg")
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        x.masked_fill_(torch.ones(mask_shape, dtype=torch.bool, device="openreg"), 1.0)
+    assert x.sum().item() == 0  # the stream still works
 
 
 def test_range_triangular_and_cumulative_ops_do_not_import_dynamo():
