@@ -460,9 +460,10 @@ def load_checkpoint(root, model, opt, lr) -> int:
         reason = str(exc).strip().split("\n")[0].split(". ")[0]
         raise SystemExit(f"train.py: cannot load the checkpoint in {where} "
                          f"(rank {rank}: {type(exc).__name__}: {reason})") from None
-    # How this run steps its optimizer (fused, or foreach off under tp) is its own, not the
+    # How this run steps its optimizer (fused, or foreach off under tp; capturable under
+    # --graph) is its own, not the
     # saved run's: another strategy's flags would make AdamW mix DTensors and tensors.
-    impl = [{k: g[k] for k in ("fused", "foreach") if k in g} for g in opt.param_groups]
+    impl = [{k: g[k] for k in ("fused", "foreach", "capturable") if k in g} for g in opt.param_groups]
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
     for group, flags in zip(opt.param_groups, impl):
         group.update(flags, lr=lr)  # --lr is this run's (a resume may change it)
@@ -622,6 +623,9 @@ def main(argv=None):
         return report
 
     captured = None  # --graph: the CapturedStep, once taken
+    if args.graph and args.steps - start_step <= GRAPH_EAGER_STEPS and rank == 0:
+        print(f"note: --graph captures the step after {GRAPH_EAGER_STEPS} eager steps; this run "
+              f"has {args.steps - start_step}: nothing is captured", flush=True)
     untimed_at_warm = 0.0
     diverged = False
     for step in range(start_step, args.steps):

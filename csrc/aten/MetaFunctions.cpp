@@ -97,16 +97,15 @@ at::Tensor& maskedFillMeta(at::Tensor& self, const at::Tensor& mask, const at::S
   }
   return self;
 }
-at::Tensor& maskedFillTensorMeta(at::Tensor& self, const at::Tensor& mask, const at::Tensor& value) {
+at::Tensor& maskedFillTensorMeta(at::Tensor& self, const at::Tensor& mask,
+                                 const at::Tensor& value) {
   // A host scalar (a CPU 0-dim tensor) is read as the CPU kernel reads it. A
-  // device one is data on the device, which its kernel converts; but a
-  // complex value into a real tensor fails that conversion unless its
-  // imaginary part is 0: such a call is left to the fallback's synchronous
-  // path (a Meta kernel that raises sends it there), which raises at the call.
-  if (value.device().is_cpu() && value.dim() == 0) return maskedFillMeta(self, mask, value.item());
-  TORCH_CHECK(!value.is_complex() || self.is_complex(),
-              "masked_fill_: a complex device value for a real tensor is converted on the host");
-  maskedFillBroadcast(self, mask);
+  // device one is read as CUDA's kernel reads it, with value.item(), which
+  // waits for the device: raising here sends the call down the fallback's
+  // synchronous path, so that a value that does not fit self's dtype raises
+  // at the call instead of failing the stream.
+  TORCH_CHECK(value.device().is_cpu(), "masked_fill_ reads a device value on the host");
+  if (value.dim() == 0) maskedFillMeta(self, mask, value.item());
   return self;
 }
 
@@ -124,6 +123,19 @@ at::Tensor& absOutMeta(const at::Tensor& self, at::Tensor& out) {
   }
   at::TensorIterator::unary_op(out, self);
   return out;
+}
+
+// _softmax.out / _log_softmax.out: the CPU kernels refuse half_to_float,
+// which their meta functions accept.
+at::Tensor& softmaxOutMeta(const at::Tensor& self, int64_t dim, bool half_to_float,
+                           at::Tensor& out) {
+  TORCH_CHECK(!half_to_float, "softmax with half to float conversion is not supported on CPU");
+  return at::meta::_softmax_outf(self, dim, half_to_float, out);
+}
+at::Tensor& logSoftmaxOutMeta(const at::Tensor& self, int64_t dim, bool half_to_float,
+                              at::Tensor& out) {
+  TORCH_CHECK(!half_to_float, "softmax with half to float conversion is not supported on CPU");
+  return at::meta::_log_softmax_outf(self, dim, half_to_float, out);
 }
 
 struct MetaKernel {
@@ -255,10 +267,8 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_META("aten::nll_loss_forward.output", nll_loss_forward_outf,
                    std::tuple<Tensor&, Tensor&>(const Tensor&, const Tensor&,
                        const std::optional<Tensor>&, int64_t, int64_t, Tensor&, Tensor&)),
-      OPENREG_META("aten::_softmax.out", _softmax_outf,
-                   Tensor&(const Tensor&, int64_t, bool, Tensor&)),
-      OPENREG_META("aten::_log_softmax.out", _log_softmax_outf,
-                   Tensor&(const Tensor&, int64_t, bool, Tensor&)),
+      {"aten::_softmax.out", metaKernel<decltype(softmaxOutMeta), &softmaxOutMeta>()},
+      {"aten::_log_softmax.out", metaKernel<decltype(logSoftmaxOutMeta), &logSoftmaxOutMeta>()},
       OPENREG_META("aten::max_pool2d_with_indices", max_pool2d_with_indices,
                    std::tuple<Tensor, Tensor>(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
                        IntArrayRef, bool)),

@@ -100,13 +100,20 @@ Tensor linalg_vector_norm(const Tensor& self, const at::Scalar& ord, at::Optiona
       keepdim, dtype);
 }
 
+// The CPU kernels' check, made at the call (in the kernel it would fail the stream).
+void checkNoHalfToFloat(bool half_to_float) {
+  TORCH_CHECK(!half_to_float, "softmax with half to float conversion is not supported on CPU");
+}
+
 Tensor softmax(const Tensor& self, int64_t dim, bool half_to_float) {
+  checkNoHalfToFloat(half_to_float);
   return structured<at::meta::structured__softmax>(
       "_softmax", [](Tensor& out, auto&... a) { at::cpu::_softmax_out(out, a...); }, self, dim,
       half_to_float);
 }
 
 Tensor log_softmax(const Tensor& self, int64_t dim, bool half_to_float) {
+  checkNoHalfToFloat(half_to_float);
   return structured<at::meta::structured__log_softmax>(
       "_log_softmax", [](Tensor& out, auto&... a) { at::cpu::_log_softmax_out(out, a...); }, self,
       dim, half_to_float);

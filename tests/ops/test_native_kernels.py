@@ -280,6 +280,31 @@ def test_masked_fill_with_a_mask_that_does_not_broadcast_raises_at_the_call(mask
     assert x.sum().item() == 0  # the stream still works
 
 
+@pytest.mark.parametrize("dtype,value", [(torch.int8, 1000), (torch.float16, 1e6), (torch.int64, 1 + 1j)])
+def test_masked_fill_with_a_device_value_that_does_not_fit_raises_at_the_call(dtype, value):
+    # CUDA's kernel reads a device value with item(): the overflow raises at the call.
+    x = torch.zeros(3, dtype=dtype, device="openreg")
+    mask = torch.tensor([True, False, True], device="openreg")
+    with pytest.raises(RuntimeError, match="value cannot be converted to type .* without overflow"):
+        x.masked_fill_(mask, torch.tensor(value, device="openreg"))
+    x.masked_fill_(mask, torch.tensor(7, dtype=dtype, device="openreg"))
+    assert x.cpu().tolist() == [7, 0, 7]
+
+
+@pytest.mark.parametrize("op", [torch._softmax, torch._log_softmax])
+@pytest.mark.parametrize("out", [False, True])
+def test_softmax_half_to_float_raises_at_the_call_as_on_the_cpu(op, out):
+    x = torch.randn(2, 3, dtype=torch.half, device="openreg")
+    with pytest.raises(RuntimeError, match="softmax with half to float conversion is not supported on CPU"):
+        if out:
+            op(x, 1, True, out=torch.empty(2, 3, device="openreg"))
+        else:
+            op(x, 1, True)
+    y = op(x, 1, False).float()  # and the stream still works
+    probabilities = y.exp() if op is torch._log_softmax else y
+    assert probabilities.sum(1).cpu().tolist() == pytest.approx([1, 1], abs=0.01)
+
+
 def test_range_triangular_and_cumulative_ops_do_not_import_dynamo():
     # Their Meta kernels are Python references whose first call imports
     # torch._dynamo (1-2 s once per process: every rank of a job at its first
