@@ -44,8 +44,9 @@ def run(devices, steps, strategy, device_type, extra):
     return summary
 
 
-def median(values):
-    return sorted(values)[(len(values) - 1) // 2]
+def median(values, key=None):
+    """The middle value (the lower of the two middle ones for an even count)."""
+    return sorted(values, key=key)[(len(values) - 1) // 2]
 
 
 def main():
@@ -73,8 +74,7 @@ def main():
             print(f"# pair {i + 1}: " + ", ".join(
                 f"{row[0]} {row[2]:.2f} / {rows[0][2]:.2f} steady steps/s = {row[2] / rows[0][2]:.2f}x"
                 for row in rows[1:]), flush=True)
-    pairs.sort(key=lambda rows: rows[1][2] / rows[0][2])
-    rows = pairs[(len(pairs) - 1) // 2]
+    rows = median(pairs, key=lambda rows: rows[1][2] / rows[0][2])
     if args.pairs > 1:
         for v, (label, *_) in enumerate(variants[1:], 1):
             ratios = sorted(r[v][2] / r[0][2] for r in pairs)

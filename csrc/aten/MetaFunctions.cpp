@@ -1,6 +1,7 @@
 // C++ Meta kernels for the generic fallback: MetaFunctions.h.
 #include "MetaFunctions.h"
 
+#include <ATen/Dispatch.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/op_registration/infer_schema.h>
@@ -47,11 +48,12 @@
 #include <ATen/ops/sort_meta_dispatch.h>
 #include <ATen/ops/sum_meta_dispatch.h>
 #include <ATen/ops/topk_meta_dispatch.h>
-#include <ATen/ops/tril_meta_dispatch.h>
 #include <ATen/ops/upsample_nearest2d_meta_dispatch.h>
 
 #include <string>
 #include <unordered_map>
+
+#include "NativeKernels.h"
 
 namespace openreg::kernels {
 namespace {
@@ -73,28 +75,10 @@ void maskedFillBroadcast(at::Tensor& self, const at::Tensor& mask) {
 }
 at::Tensor& maskedFillMeta(at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
   maskedFillBroadcast(self, mask);
-  switch (self.scalar_type()) {  // the dtypes the CPU kernel fills; others fail its dispatch
-#define OPENREG_CONVERT(type, name) \
-  case at::ScalarType::name:        \
-    (void)value.to<type>();         \
-    break;
-    OPENREG_CONVERT(uint8_t, Byte)
-    OPENREG_CONVERT(int8_t, Char)
-    OPENREG_CONVERT(int16_t, Short)
-    OPENREG_CONVERT(int, Int)
-    OPENREG_CONVERT(int64_t, Long)
-    OPENREG_CONVERT(at::Half, Half)
-    OPENREG_CONVERT(at::BFloat16, BFloat16)
-    OPENREG_CONVERT(float, Float)
-    OPENREG_CONVERT(double, Double)
-    OPENREG_CONVERT(c10::complex<at::Half>, ComplexHalf)
-    OPENREG_CONVERT(c10::complex<float>, ComplexFloat)
-    OPENREG_CONVERT(c10::complex<double>, ComplexDouble)
-    OPENREG_CONVERT(bool, Bool)
-#undef OPENREG_CONVERT
-    default:
-      break;
-  }
+  // The CPU kernel's dtypes and its dispatch error ("masked_fill" not implemented for 'UInt16').
+  AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND4(at::kBool, at::kHalf, at::kBFloat16, at::kComplexHalf,
+                                         self.scalar_type(), "masked_fill",
+                                         [&] { (void)value.to<scalar_t>(); });
   return self;
 }
 at::Tensor& maskedFillTensorMeta(at::Tensor& self, const at::Tensor& mask,
@@ -104,9 +88,9 @@ at::Tensor& maskedFillTensorMeta(at::Tensor& self, const at::Tensor& mask,
   // waits for the device: raising here sends the call down the fallback's
   // synchronous path, so that a value that does not fit self's dtype raises
   // at the call instead of failing the stream.
+  // (Its rank, 0, is checked before the fallback.)
   TORCH_CHECK(value.device().is_cpu(), "masked_fill_ reads a device value on the host");
-  if (value.dim() == 0) maskedFillMeta(self, mask, value.item());
-  return self;
+  return maskedFillMeta(self, mask, value.item());
 }
 
 // abs.out's (no at::meta either), as its CPU kernel sizes and checks `out`
@@ -129,12 +113,12 @@ at::Tensor& absOutMeta(const at::Tensor& self, at::Tensor& out) {
 // which their meta functions accept.
 at::Tensor& softmaxOutMeta(const at::Tensor& self, int64_t dim, bool half_to_float,
                            at::Tensor& out) {
-  TORCH_CHECK(!half_to_float, "softmax with half to float conversion is not supported on CPU");
+  checkNoHalfToFloat(half_to_float);
   return at::meta::_softmax_outf(self, dim, half_to_float, out);
 }
 at::Tensor& logSoftmaxOutMeta(const at::Tensor& self, int64_t dim, bool half_to_float,
                               at::Tensor& out) {
-  TORCH_CHECK(!half_to_float, "softmax with half to float conversion is not supported on CPU");
+  checkNoHalfToFloat(half_to_float);
   return at::meta::_log_softmax_outf(self, dim, half_to_float, out);
 }
 
@@ -184,7 +168,6 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
                        Tensor&, Tensor&)),
       OPENREG_META("aten::eye.out", eye_outf, Tensor&(int64_t, Tensor&)),
       OPENREG_META("aten::eye.m_out", eye_outf, Tensor&(int64_t, int64_t, Tensor&)),
-      OPENREG_META("aten::tril.out", tril_outf, Tensor&(const Tensor&, int64_t, Tensor&)),
       OPENREG_META("aten::cumprod.out", cumprod_outf,
                    Tensor&(const Tensor&, int64_t, std::optional<ScalarType>, Tensor&)),
       OPENREG_META("aten::index_add.out", index_add_outf,
@@ -212,7 +195,6 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
                    Tensor&(const Tensor&, const Tensor&, Tensor&)),
       OPENREG_META("aten::minimum.out", minimum_outf,
                    Tensor&(const Tensor&, const Tensor&, Tensor&)),
-      OPENREG_META("aten::div.out", div_outf, Tensor&(const Tensor&, const Tensor&, Tensor&)),
       OPENREG_META("aten::div.out_mode", div_outf,
                    Tensor&(const Tensor&, const Tensor&, std::optional<c10::string_view>, Tensor&)),
       OPENREG_META("aten::fmod.Tensor_out", fmod_outf,

@@ -80,6 +80,8 @@ at::Tensor sum_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool kee
                    std::optional<at::ScalarType> dtype);
 at::Tensor mean_dim(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim,
                     std::optional<at::ScalarType> dtype);
+// Raises the CPU kernels' error for half_to_float=True (Reduction.cpp).
+void checkNoHalfToFloat(bool half_to_float);
 at::Tensor softmax(const at::Tensor& self, int64_t dim, bool half_to_float);
 at::Tensor log_softmax(const at::Tensor& self, int64_t dim, bool half_to_float);
 at::Tensor softmax_backward(const at::Tensor& grad_output, const at::Tensor& output, int64_t dim,
