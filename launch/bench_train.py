@@ -2,10 +2,12 @@
 N CPU processes with gloo, side by side in one run (issue 6's speed goal: >= 1.5x).
 
     python launch/bench_train.py [--devices 4] [--steps 200] [--strategy ddp] [--pairs 1] [--graph]
+                                 [--graph-compile]
 
---graph adds a third run: openreg with train.py --graph, the step captured as an openreg graph
+--graph adds a run of openreg with train.py --graph, the step captured as an openreg graph
 and replayed (what a CUDA user does when launches bound a small model's step; the CPU has no
-such thing, so its side stays eager).
+such thing, so its side stays eager); --graph-compile one with train.py --graph --compile
+(Inductor's fused kernels, captured). Other options go to every run's train.py.
 
 With --pairs N the two runs alternate N times (cpu, openreg, cpu, ...): every pair's ratio is
 printed and the table shows the pair with the median ratio, since this 2-vCPU VM's speed drifts
@@ -57,11 +59,15 @@ def main():
     p.add_argument("--pairs", type=int, default=1, help="alternating cpu/openreg runs")
     p.add_argument("--graph", action="store_true",
                    help="also run openreg with train.py --graph (the step captured and replayed)")
+    p.add_argument("--graph-compile", action="store_true",
+                   help="also run openreg with train.py --graph --compile")
     args, extra = p.parse_known_args()
     # (label, device type, backend, train.py's extra flags); the first is the reference.
     variants = [("cpu", "cpu", "gloo", []), ("openreg", "openreg", "oreg_ccl", [])]
     if args.graph:
         variants.append(("openreg+graph", "openreg", "oreg_ccl", ["--graph"]))
+    if args.graph_compile:
+        variants.append(("openreg+graph+compile", "openreg", "oreg_ccl", ["--graph", "--compile"]))
     pairs = []
     for i in range(args.pairs):
         rows = []
@@ -85,11 +91,11 @@ def main():
           f"first {WARMUP_STEPS} (warm-up) steps, all = every step")
     print(f"# cpu ms/step: CPU time of all ranks per steady step; cores busy: that over wall time "
           f"and the machine's {os.cpu_count()} cores")
-    print(f"# {'device':<15}{'backend':<10}{'steady steps/s':>16}{'all steps/s':>13}{'final loss':>12}"
+    print(f"# {'device':<23}{'backend':<10}{'steady steps/s':>16}{'all steps/s':>13}{'final loss':>12}"
           f"{'cpu ms/step':>13}{'cores busy':>12}")
     for label, backend, steady, every, loss, cpu in rows:
         busy = cpu * steady / os.cpu_count()
-        print(f"  {label:<15}{backend:<10}{steady:>16.2f}{every:>13.2f}{loss:>12.4f}"
+        print(f"  {label:<23}{backend:<10}{steady:>16.2f}{every:>13.2f}{loss:>12.4f}"
               f"{cpu * 1e3:>13.1f}{busy:>11.0%}")
     for row in rows[1:]:
         print(f"# {row[0]}+{row[1]} / cpu+gloo: {row[2] / rows[0][2]:.2f}x steady, "

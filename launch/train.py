@@ -110,8 +110,6 @@ def parse_args(argv=None):
     if args.graph and args.strategy not in GRAPH_STRATEGIES:
         p.error(f"--graph supports strategies {', '.join(GRAPH_STRATEGIES)}, not {args.strategy} "
                 "(sharded strategies read DTensor norms on the host while clipping)")
-    if args.graph and (args.compile or args.activation_checkpointing):
-        p.error("--graph cannot be combined with --compile or --activation-checkpointing")
     if args.checkpoint_every < 0:
         p.error("--checkpoint-every must be 0 (never) or more")
     if args.profile_steps < 0:

@@ -8,7 +8,9 @@
 - once ``torch._dynamo`` is imported: Dynamo's device interface
   (``register_interface_for_device``) and its constant folds;
 - once ``torch._inductor.compile_fx`` is imported: the Inductor backend
-  (``register_backend_for_device``, openreg/_inductor).
+  (``register_backend_for_device``, openreg/_inductor);
+- torch's RNG wrappers for recomputed random ops under torch.compile
+  (``torch._prims.rng_prims``, openreg/_rng_prims.py).
 """
 import importlib.abc
 import importlib.util
@@ -39,6 +41,8 @@ def register() -> None:
     _after_import("torch._dynamo", _register_dynamo_interface)
     # Inductor's code generators, keyed in its FX graph cache (openreg/_inductor).
     _after_import("torch._inductor.compile_fx", _register_inductor_backend)
+    # torch.compile of checkpointed random ops (openreg/_rng_prims.py).
+    _after_import("torch._prims.rng_prims", _register_rng_prims)
 
 
 def _register_dynamo_interface() -> None:
@@ -51,6 +55,12 @@ def _register_dynamo_interface() -> None:
     for fn in (module.is_available, module.device_count, module.get_device_properties,
                module.get_device_name, module.get_device_capability):
         torch._dynamo.assume_constant_result(fn)
+
+
+def _register_rng_prims() -> None:
+    from . import _rng_prims
+
+    _rng_prims.register()
 
 
 def _register_inductor_backend() -> None:

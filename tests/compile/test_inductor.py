@@ -88,6 +88,38 @@ def test_dropout_uses_the_device_generator():
     assert 0.45 < (a == 0).float().mean().item() < 0.55
 
 
+@pytest.mark.parametrize("op", ["dropout", "sdpa"])
+def test_checkpointed_random_ops_recompute_the_forwards_numbers(op):
+    # Under activation checkpointing AOTAutograd wraps the random ops that stay ATen calls
+    # (dropout with fallback_random; SDPA, a random op even at dropout_p=0 as the training
+    # job's model calls it) in torch's run_and_save_rng_state / run_with_rng_state, which
+    # know only torch's own devices (openreg/_rng_prims.py): the backward must redraw the
+    # forward's numbers, so its gradients equal those of the same function compiled
+    # without checkpointing (which keeps the forward's mask).
+    from torch.utils.checkpoint import checkpoint
+
+    def region(x):
+        if op == "dropout":
+            return nn.functional.dropout(x * 1.5, 0.5, training=True).sin()
+        q = x.view(2, 2, 8, 32)
+        return nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).reshape(x.shape)
+
+    checkpointed = torch.compile(lambda x: checkpoint(region, x, use_reentrant=False))
+    plain = torch.compile(region)
+    x = (torch.rand(32, 32) + 0.5).to(DEV).requires_grad_()
+    with torch._inductor.config.patch(fallback_random=True):
+        for seed in (1, 2):
+            grads = []
+            for f in (checkpointed, plain):
+                torch.openreg.manual_seed(seed)
+                f(x).sum().backward()
+                grads.append(x.grad.cpu())
+                x.grad = None
+            torch.testing.assert_close(grads[0], grads[1])
+            if op == "dropout":  # a mask was drawn
+                assert 0.3 < (grads[0] != 0).float().mean().item() < 0.7
+
+
 def test_cond_subgraphs():
     def f(p, x):
         return torch.cond(p, lambda x: (x * 2).sin(), lambda x: (x + 1).cos(), (x,))
