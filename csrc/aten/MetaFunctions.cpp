@@ -6,6 +6,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/op_registration/infer_schema.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/_log_softmax_meta_dispatch.h>
 #include <ATen/ops/_softmax_meta_dispatch.h>
 #include <ATen/ops/all_meta_dispatch.h>
@@ -50,8 +51,11 @@
 #include <ATen/ops/topk_meta_dispatch.h>
 #include <ATen/ops/upsample_nearest2d_meta_dispatch.h>
 
+#include <array>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include "NativeKernels.h"
 
@@ -122,6 +126,179 @@ at::Tensor& logSoftmaxOutMeta(const at::Tensor& self, int64_t dim, bool half_to_
   return at::meta::_log_softmax_outf(self, dim, half_to_float, out);
 }
 
+// Convolution, batch norm and group norm: no at::meta function either, and
+// their Python Meta kernels import sympy, batch norm's torch._dynamo too
+// (through a torch._refs decomposition): a conv net's first step paid about
+// 1.2 s more than on the CPU. These describe the results of calls that pass
+// the CPU kernels' argument checks, as those kernels size them (the layout
+// rules of FallbackOperatorRules.cpp apply after them, as after Python's);
+// anything else they do not know to be valid throws, which sends the call
+// down the fallback's synchronous path, where the CPU kernel raises its own
+// error at the call (or computes a case these leave out).
+void require(bool valid) {
+  TORCH_CHECK(valid, "openreg: left to the CPU kernel");
+}
+
+bool floating(const at::Tensor& t) {
+  return at::isFloatingType(t.scalar_type()) && !t.is_complex();
+}
+
+bool sameDtype(const at::Tensor& t, const at::Tensor& like) {
+  return !t.defined() || t.scalar_type() == like.scalar_type();
+}
+
+bool channelVector(const at::Tensor& t, int64_t channels) {
+  return !t.defined() || (t.dim() == 1 && t.numel() == channels);
+}
+
+// A convolution parameter of k entries, or one entry for every dimension
+// (as _convolution expands it).
+std::vector<int64_t> convParam(c10::SymIntArrayRef values, size_t k) {
+  require(values.size() == k || values.size() == 1);
+  std::vector<int64_t> out(k);
+  for (size_t i = 0; i < k; ++i) out[i] = values[values.size() == 1 ? 0 : i].expect_int();
+  return out;
+}
+
+// The result sizes of a valid convolution (check_shape_forward's checks).
+std::vector<int64_t> convolutionOutputSizes(const at::Tensor& input, const at::Tensor& weight,
+                                            const std::optional<at::Tensor>& bias,
+                                            c10::SymIntArrayRef stride_, c10::SymIntArrayRef padding_,
+                                            c10::SymIntArrayRef dilation_, bool transposed,
+                                            c10::SymIntArrayRef output_padding_,
+                                            const c10::SymInt& groups_) {
+  const int64_t dim = input.dim();
+  require(weight.dim() == dim && dim >= 3 && dim <= 5 && floating(input) &&
+          sameDtype(weight, input) && input.layout() == at::kStrided &&
+          weight.layout() == at::kStrided && input.size(1) > 0 && weight.numel() > 0);
+  const size_t k = dim - 2;
+  const auto stride = convParam(stride_, k), padding = convParam(padding_, k),
+             dilation = convParam(dilation_, k), output_padding = convParam(output_padding_, k);
+  const int64_t groups = groups_.expect_int();
+  require(groups > 0 && weight.size(0) % groups == 0);
+  const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
+  require(transposed ? input.size(1) == weight.size(0) : input.size(1) == weight.size(1) * groups);
+  const at::Tensor b = bias.value_or(at::Tensor());
+  require(sameDtype(b, input) && channelVector(b, out_channels));
+  std::vector<int64_t> sizes{input.size(0), out_channels};
+  for (size_t i = 0; i < k; ++i) {
+    require(stride[i] > 0 && padding[i] >= 0 && dilation[i] > 0 && output_padding[i] >= 0);
+    const int64_t in = input.size(i + 2), kernel = dilation[i] * (weight.size(i + 2) - 1) + 1;
+    int64_t out;
+    if (transposed) {
+      require(output_padding[i] < stride[i] || output_padding[i] < dilation[i]);
+      out = (in - 1) * stride[i] - 2 * padding[i] + kernel + output_padding[i];
+    } else {
+      require(output_padding[i] == 0 && in + 2 * padding[i] >= kernel);
+      out = (in + 2 * padding[i] - kernel) / stride[i] + 1;
+    }
+    require(in > 0 && out > 0);
+    sizes.push_back(out);
+  }
+  return sizes;
+}
+
+at::Tensor convolutionMeta(const at::Tensor& input, const at::Tensor& weight,
+                           const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
+                           c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+                           bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups) {
+  return at::empty(convolutionOutputSizes(input, weight, bias, stride, padding, dilation,
+                                          transposed, output_padding, groups),
+                   input.options());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolutionBackwardMeta(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    at::OptionalSymIntArrayRef bias_sizes, c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
+    c10::SymIntArrayRef dilation, bool transposed, c10::SymIntArrayRef output_padding,
+    c10::SymInt groups, std::array<bool, 3> output_mask) {
+  const auto sizes = convolutionOutputSizes(input, weight, std::nullopt, stride, padding, dilation,
+                                            transposed, output_padding, groups);
+  require(grad_output.sizes() == at::IntArrayRef(sizes) && sameDtype(grad_output, input));
+  if (bias_sizes)
+    require(bias_sizes->size() == 1 && (*bias_sizes)[0].expect_int() == sizes[1]);
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (output_mask[0]) grad_input = at::empty(input.sizes(), input.options());
+  if (output_mask[1]) grad_weight = at::empty(weight.sizes(), weight.options());
+  if (output_mask[2]) grad_bias = at::empty({sizes[1]}, grad_output.options());
+  return {grad_input, grad_weight, grad_bias};
+}
+
+// Reached only for calls batchNormAgreesWithMeta accepts (dtypes and channel
+// counts checked); the saved statistics in the parameters' dtype.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batchNormMeta(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
+    const std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
+  require(floating(input) && input.dim() >= 2);
+  const bool reduced = input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kHalf;
+  const auto stats = input.options().dtype(reduced ? at::kFloat : input.scalar_type());
+  const int64_t channels = input.size(1);
+  return {at::empty(input.sizes(), input.options()), at::empty({channels}, stats),
+          at::empty({channels}, stats)};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> batchNormBackwardMeta(
+    const at::Tensor& grad_out, const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+    const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_invstd,
+    bool train, double eps, std::array<bool, 3> output_mask) {
+  require(floating(input) && input.dim() >= 2 && grad_out.sizes() == input.sizes() &&
+          sameDtype(grad_out, input));
+  const int64_t channels = input.size(1);
+  const at::Tensor w = weight.value_or(at::Tensor());
+  for (const auto* t : {&weight, &running_mean, &running_var, &save_mean, &save_invstd})
+    require(channelVector(t->value_or(at::Tensor()), channels));
+  require(train ? save_mean && save_invstd && save_mean->defined() && save_invstd->defined()
+                : running_mean && running_var && running_mean->defined() && running_var->defined());
+  const auto params = w.defined() ? w.options() : input.options();
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (output_mask[0]) grad_input = at::empty(input.sizes(), input.options());
+  if (output_mask[1]) grad_weight = at::empty({channels}, params);
+  if (output_mask[2]) grad_bias = at::empty({channels}, params);
+  return {grad_input, grad_weight, grad_bias};
+}
+
+// Group norm of (N, C, HxW) elements in `group` groups, parameters of the
+// input's dtype (the CPU's mixed-dtype case is left to it).
+void requireGroupNorm(const at::Tensor& input, const at::Tensor& weight, int64_t N, int64_t C,
+                      int64_t HxW, int64_t group) {
+  require(floating(input) && input.dim() >= 2 && input.size(0) == N && input.size(1) == C &&
+          group > 0 && C % group == 0 && N * C * HxW == input.numel() &&
+          sameDtype(weight, input) && channelVector(weight, C));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> groupNormMeta(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, c10::SymInt N, c10::SymInt C, c10::SymInt HxW,
+    int64_t group, double eps) {
+  const int64_t n = N.expect_int(), c = C.expect_int();
+  requireGroupNorm(input, weight.value_or(at::Tensor()), n, c, HxW.expect_int(), group);
+  const at::Tensor b = bias.value_or(at::Tensor());
+  require(sameDtype(b, input) && channelVector(b, c));
+  return {at::empty(input.sizes(), input.options(), input.suggest_memory_format()),
+          at::empty({n, group}, input.options()), at::empty({n, group}, input.options())};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> groupNormBackwardMeta(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, c10::SymInt N, c10::SymInt C,
+    c10::SymInt HxW, int64_t group, std::array<bool, 3> output_mask) {
+  const int64_t n = N.expect_int(), c = C.expect_int();
+  const at::Tensor w = weight.value_or(at::Tensor());
+  requireGroupNorm(input, w, n, c, HxW.expect_int(), group);
+  require(grad_out.sizes() == input.sizes() && sameDtype(grad_out, input) &&
+          mean.numel() == n * group && rstd.numel() == n * group && sameDtype(mean, input) &&
+          sameDtype(rstd, input));
+  const auto params = w.defined() ? w.options() : input.options();
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (output_mask[0])
+    grad_input = at::empty(input.sizes(), input.options(), input.suggest_memory_format());
+  if (output_mask[1]) grad_weight = at::empty({c}, params);
+  if (output_mask[2]) grad_bias = at::empty({c}, params);
+  return {grad_input, grad_weight, grad_bias};
+}
+
 struct MetaKernel {
   c10::KernelFunction kernel;
   c10::FunctionSchema signature;  // inferred from the C++ function, checked against the op's
@@ -156,6 +333,15 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       {"aten::masked_fill_.Tensor",
        metaKernel<decltype(maskedFillTensorMeta), &maskedFillTensorMeta>()},
       {"aten::abs.out", metaKernel<decltype(absOutMeta), &absOutMeta>()},
+      {"aten::convolution", metaKernel<decltype(convolutionMeta), &convolutionMeta>()},
+      {"aten::convolution_backward",
+       metaKernel<decltype(convolutionBackwardMeta), &convolutionBackwardMeta>()},
+      {"aten::native_batch_norm", metaKernel<decltype(batchNormMeta), &batchNormMeta>()},
+      {"aten::native_batch_norm_backward",
+       metaKernel<decltype(batchNormBackwardMeta), &batchNormBackwardMeta>()},
+      {"aten::native_group_norm", metaKernel<decltype(groupNormMeta), &groupNormMeta>()},
+      {"aten::native_group_norm_backward",
+       metaKernel<decltype(groupNormBackwardMeta), &groupNormBackwardMeta>()},
       OPENREG_META("aten::normal_", normal_,
                    Tensor&(Tensor&, double, double, std::optional<at::Generator>)),
       OPENREG_META("aten::sort.stable", sort,

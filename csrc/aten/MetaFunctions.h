@@ -7,7 +7,8 @@
 // job paid that at its first such operator (torch.randn on the device, a
 // masked_fill, a sort). The C++ kernel is what ATen's Meta key ran before
 // Python replaced it; for a structured operator it is the meta function its
-// CPU kernel runs. Tests: tests/ops/test_native_kernels.py (nothing
+// CPU kernel runs. Convolution, batch norm and group norm have none: their
+// meta kernels here are openreg's own (MetaFunctions.cpp). Tests: tests/ops/test_native_kernels.py (nothing
 // imported), tests/ops/test_opinfo.py (results).
 #pragma once
 

@@ -261,12 +261,71 @@ def test_common_fallback_ops_infer_outputs_without_python_meta_kernels():
     # 1.4 s once per process, every rank of a job. Comparisons and cos/sin/log/
     # erf are native; the rest take the fallback with ATen's C++ Meta kernels
     # (csrc/aten/MetaFunctions.cpp). Results as the CPU's, in a fresh process.
+    assert modules_imported_by(_CPP_META_OPS) == "[]"
+
+
+def modules_imported_by(script):
+    """Runs `script` in a fresh process; what it printed (which of sympy and
+    torch._dynamo it ended up importing)."""
     import subprocess
     import sys
-    r = subprocess.run([sys.executable, "-c", _CPP_META_OPS], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.strip() == "[]", r.stdout
+    return r.stdout.strip()
+
+
+_CONV_NET = """
+import sys, torch
+def run(dev, channels_last, dtype):
+    torch.manual_seed(0)
+    nn = torch.nn
+    m = nn.Sequential(nn.Conv2d(4, 8, 3, stride=2, padding=1, groups=2), nn.BatchNorm2d(8), nn.ReLU(),
+                      nn.ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1),
+                      nn.GroupNorm(2, 4)).to(dev, dtype)
+    x = torch.randn(3, 4, 10, 12, dtype=dtype)
+    if channels_last:
+        m, x = m.to(memory_format=torch.channels_last), x.to(memory_format=torch.channels_last)
+    x = x.to(dev).requires_grad_()
+    y = m(x)
+    y.square().sum().backward()
+    z = m.eval()(x)
+    results = [y, z, x.grad, *[p.grad for p in m.parameters()]]
+    return [t.detach().cpu() for t in results], [t.stride() for t in results]
+for channels_last in (False, True):
+    for dtype in (torch.float32, torch.float64):
+        want, want_strides = run("cpu", channels_last, dtype)
+        got, got_strides = run("openreg", channels_last, dtype)
+        assert got_strides == want_strides, (channels_last, dtype, got_strides, want_strides)
+        for g, w in zip(got, want):  # (torch.testing imports DTensor, and sympy with it)
+            assert g.dtype == w.dtype and torch.allclose(g, w, rtol=1e-4, atol=1e-4), (g, w)
+print(sorted(m for m in ("sympy", "torch._dynamo") if m in sys.modules))
+"""
+
+
+def test_conv_net_infers_outputs_without_python_meta_kernels():
+    # Convolution, batch norm and group norm (forward and backward) have C++ Meta
+    # kernels of openreg's own (MetaFunctions.cpp): a conv net's first step imported
+    # sympy and torch._dynamo (~1.2 s) before. Values and strides as the CPU's.
+    assert modules_imported_by(_CONV_NET) == "[]"
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda x: torch.nn.functional.conv2d(x, torch.ones(2, 3, 3, 3, device="openreg")),
+     "expected input[1, 4, 6, 6] to have 3 channels, but got 4 channels instead"),
+    (lambda x: torch.nn.functional.conv2d(x, torch.ones(2, 4, 7, 7, device="openreg")),
+     "Kernel size can't be greater than actual input size"),
+    (lambda x: torch.nn.functional.conv_transpose2d(x, torch.ones(4, 2, 3, 3, device="openreg"),
+                                                    stride=2, output_padding=2),
+     "output padding must be smaller than either stride or dilation"),
+    (lambda x: torch.nn.functional.group_norm(x, 3), "divisible by num_groups"),
+])
+def test_conv_and_norm_argument_errors_raise_at_the_call(call, message):
+    # What the C++ Meta kernels do not know to be valid takes the synchronous path:
+    # the CPU kernel's own error, at the call, and the stream goes on.
+    x = torch.ones(1, 4, 6, 6, device="openreg")
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        call(x)
+    assert x.sum().item() == 144
 
 
 @pytest.mark.parametrize("mask_shape,message", [
