@@ -2,11 +2,13 @@
 #include "MetaFunctions.h"
 
 #include <ATen/Dispatch.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/TensorIterator.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/core/Reduction.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/op_registration/infer_schema.h>
 #include <ATen/native/Resize.h>
-#include <ATen/ops/empty.h>
 #include <ATen/ops/_log_softmax_meta_dispatch.h>
 #include <ATen/ops/_softmax_meta_dispatch.h>
 #include <ATen/ops/all_meta_dispatch.h>
@@ -22,14 +24,18 @@
 #include <ATen/ops/clamp_min_meta_dispatch.h>
 #include <ATen/ops/cumprod_meta_dispatch.h>
 #include <ATen/ops/div_meta_dispatch.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
 #include <ATen/ops/erfinv_meta_dispatch.h>
 #include <ATen/ops/exp_meta_dispatch.h>
 #include <ATen/ops/eye_meta_dispatch.h>
 #include <ATen/ops/floor_meta_dispatch.h>
 #include <ATen/ops/fmod_meta_dispatch.h>
 #include <ATen/ops/gather_meta_dispatch.h>
+#include <ATen/ops/hypot_meta_dispatch.h>
 #include <ATen/ops/index_add_meta_dispatch.h>
 #include <ATen/ops/log_meta_dispatch.h>
+#include <ATen/ops/max_pool2d_with_indices_backward_meta_dispatch.h>
 #include <ATen/ops/max_pool2d_with_indices_meta_dispatch.h>
 #include <ATen/ops/maximum_meta_dispatch.h>
 #include <ATen/ops/mean_meta_dispatch.h>
@@ -41,15 +47,18 @@
 #include <ATen/ops/prod_meta_dispatch.h>
 #include <ATen/ops/remainder_meta_dispatch.h>
 #include <ATen/ops/round_meta_dispatch.h>
-#include <ATen/ops/scatter_meta_dispatch.h>
 #include <ATen/ops/scatter_add_meta_dispatch.h>
+#include <ATen/ops/scatter_meta_dispatch.h>
 #include <ATen/ops/sgn_meta_dispatch.h>
 #include <ATen/ops/sign_meta_dispatch.h>
+#include <ATen/ops/smooth_l1_loss_meta_dispatch.h>
 #include <ATen/ops/softplus_meta_dispatch.h>
 #include <ATen/ops/sort_meta_dispatch.h>
 #include <ATen/ops/sum_meta_dispatch.h>
 #include <ATen/ops/topk_meta_dispatch.h>
+#include <ATen/ops/upsample_bilinear2d_meta_dispatch.h>
 #include <ATen/ops/upsample_nearest2d_meta_dispatch.h>
+#include <ATen/ops/xlogy_meta_dispatch.h>
 
 #include <array>
 #include <string>
@@ -137,6 +146,13 @@ at::Tensor& logSoftmaxOutMeta(const at::Tensor& self, int64_t dim, bool half_to_
 // error at the call (or computes a case these leave out).
 void require(bool valid) {
   TORCH_CHECK(valid, "openreg: left to the CPU kernel");
+}
+
+// empty_like(t, Preserve) on Meta: ATen's rule, without the call (a Python
+// Meta kernel holds empty_like too).
+at::Tensor emptyPreserving(const at::Tensor& t) {
+  if (t.is_non_overlapping_and_dense()) return at::empty_strided(t.sizes(), t.strides(), t.options());
+  return at::empty_strided(t.sizes(), at::infer_dense_strides(t.sizes(), t.strides()), t.options());
 }
 
 bool floating(const at::Tensor& t) {
@@ -299,6 +315,98 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> groupNormBackwardMeta(
   return {grad_input, grad_weight, grad_bias};
 }
 
+// Reductions, losses, pooling and reordering ops of common models (same
+// contract as above).
+
+// The result sizes of reducing `dim` (None or [] : all dimensions).
+std::vector<int64_t> reducedSizes(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
+  const int64_t n = self.dim();
+  const bool all = !dim || dim->empty();
+  std::vector<bool> reduced(n, all);
+  if (!all) {
+    for (int64_t d : *dim) {
+      const int64_t wrapped = at::maybe_wrap_dim(d, n);
+      require(!reduced[wrapped]);  // a repeated dimension: the CPU's error
+      reduced[wrapped] = true;
+    }
+  }
+  std::vector<int64_t> sizes;
+  for (int64_t d = 0; d < n; ++d)
+    if (!reduced[d]) sizes.push_back(self.size(d));
+    else if (keepdim) sizes.push_back(1);
+  return sizes;
+}
+
+at::Tensor stdVarMeta(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                      const std::optional<at::Scalar>& correction, bool keepdim) {
+  require((floating(self) || self.is_complex()) && self.layout() == at::kStrided);
+  return at::empty(reducedSizes(self, dim, keepdim),
+                   self.options().dtype(c10::toRealValueType(self.scalar_type())));
+}
+
+std::tuple<at::Tensor, at::Tensor> stdVarMeanMeta(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                                  const std::optional<at::Scalar>& correction,
+                                                  bool keepdim) {
+  at::Tensor spread = stdVarMeta(self, dim, correction, keepdim);
+  return {spread, at::empty(spread.sizes(), self.options())};
+}
+
+at::Tensor mseLossBackwardMeta(const at::Tensor& grad_output, const at::Tensor& self,
+                               const at::Tensor& target, int64_t reduction) {
+  require(floating(self) && sameDtype(target, self) && sameDtype(grad_output, self) &&
+          target.sizes() == self.sizes() &&
+          (reduction == at::Reduction::None ? grad_output.sizes() == self.sizes()
+                                            : grad_output.dim() == 0));
+  return at::empty(self.sizes(), self.options());
+}
+
+at::Tensor binaryCrossEntropyMeta(const at::Tensor& self, const at::Tensor& target,
+                                  const std::optional<at::Tensor>& weight, int64_t reduction) {
+  const at::Tensor w = weight.value_or(at::Tensor());
+  require(floating(self) && sameDtype(target, self) && target.sizes() == self.sizes() &&
+          sameDtype(w, self) && (!w.defined() || w.sizes() == self.sizes()) &&
+          reduction >= at::Reduction::None && reduction <= at::Reduction::Sum);
+  if (reduction == at::Reduction::None) return emptyPreserving(self);
+  return at::empty({}, self.options());
+}
+
+std::tuple<at::Tensor, at::Tensor> logSigmoidForwardMeta(const at::Tensor& self) {
+  require(floating(self));
+  return {at::empty(self.sizes(), self.options()), at::empty(self.sizes(), self.options())};
+}
+
+at::Tensor adaptiveAvgPool2dMeta(const at::Tensor& self, c10::SymIntArrayRef output_size) {
+  require(floating(self) && (self.dim() == 3 || self.dim() == 4) && output_size.size() == 2);
+  for (int64_t d = self.dim() - 3; d < self.dim(); ++d) require(self.size(d) > 0);
+  const int64_t oh = output_size[0].expect_int(), ow = output_size[1].expect_int();
+  require(oh > 0 && ow > 0);
+  if (self.dim() == 3) return at::empty({self.size(0), oh, ow}, self.options());
+  return at::empty({self.size(0), self.size(1), oh, ow}, self.options(),
+                   self.suggest_memory_format());
+}
+
+at::Tensor flipMeta(const at::Tensor& self, at::IntArrayRef dims) {
+  reducedSizes(self, dims, false);  // wraps the dimensions, refuses repeats
+  return emptyPreserving(self);
+}
+
+at::Tensor traceMeta(const at::Tensor& self) {
+  require(self.dim() == 2 && !self.is_complex() && self.scalar_type() != at::kBool);
+  const bool integral = at::isIntegralType(self.scalar_type(), /*includeBool=*/true);
+  return at::empty({}, self.options().dtype(integral ? at::kLong : self.scalar_type()));
+}
+
+at::Tensor& nanToNumOutMeta(const at::Tensor& self, std::optional<double> nan,
+                            std::optional<double> posinf, std::optional<double> neginf,
+                            at::Tensor& out) {
+  require(self.scalar_type() == out.scalar_type());
+  if (at::isIntegralType(self.scalar_type(), /*includeBool=*/true))
+    at::native::resize_output(out, self.sizes());
+  else
+    at::TensorIterator::unary_op(out, self);
+  return out;
+}
+
 struct MetaKernel {
   c10::KernelFunction kernel;
   c10::FunctionSchema signature;  // inferred from the C++ function, checked against the op's
@@ -339,6 +447,20 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       {"aten::native_batch_norm", metaKernel<decltype(batchNormMeta), &batchNormMeta>()},
       {"aten::native_batch_norm_backward",
        metaKernel<decltype(batchNormBackwardMeta), &batchNormBackwardMeta>()},
+      {"aten::std.correction", metaKernel<decltype(stdVarMeta), &stdVarMeta>()},
+      {"aten::var.correction", metaKernel<decltype(stdVarMeta), &stdVarMeta>()},
+      {"aten::std_mean.correction", metaKernel<decltype(stdVarMeanMeta), &stdVarMeanMeta>()},
+      {"aten::var_mean.correction", metaKernel<decltype(stdVarMeanMeta), &stdVarMeanMeta>()},
+      {"aten::mse_loss_backward", metaKernel<decltype(mseLossBackwardMeta), &mseLossBackwardMeta>()},
+      {"aten::binary_cross_entropy",
+       metaKernel<decltype(binaryCrossEntropyMeta), &binaryCrossEntropyMeta>()},
+      {"aten::log_sigmoid_forward",
+       metaKernel<decltype(logSigmoidForwardMeta), &logSigmoidForwardMeta>()},
+      {"aten::_adaptive_avg_pool2d",
+       metaKernel<decltype(adaptiveAvgPool2dMeta), &adaptiveAvgPool2dMeta>()},
+      {"aten::flip", metaKernel<decltype(flipMeta), &flipMeta>()},
+      {"aten::trace", metaKernel<decltype(traceMeta), &traceMeta>()},
+      {"aten::nan_to_num.out", metaKernel<decltype(nanToNumOutMeta), &nanToNumOutMeta>()},
       {"aten::native_group_norm", metaKernel<decltype(groupNormMeta), &groupNormMeta>()},
       {"aten::native_group_norm_backward",
        metaKernel<decltype(groupNormBackwardMeta), &groupNormBackwardMeta>()},
@@ -443,6 +565,18 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_META("aten::max_pool2d_with_indices.out", max_pool2d_with_indices_outf,
                    std::tuple<Tensor&, Tensor&>(const Tensor&, IntArrayRef, IntArrayRef,
                        IntArrayRef, IntArrayRef, bool, Tensor&, Tensor&)),
+      OPENREG_META("aten::upsample_bilinear2d.out", upsample_bilinear2d_outf,
+                   Tensor&(const Tensor&, IntArrayRef, bool, std::optional<double>,
+                       std::optional<double>, Tensor&)),
+      OPENREG_META("aten::max_pool2d_with_indices_backward.grad_input",
+                   max_pool2d_with_indices_backward_outf,
+                   Tensor&(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
+                       IntArrayRef, bool, const Tensor&, Tensor&)),
+      OPENREG_META("aten::smooth_l1_loss", smooth_l1_loss,
+                   Tensor(const Tensor&, const Tensor&, int64_t, double)),
+      OPENREG_META("aten::hypot.out", hypot_outf, Tensor&(const Tensor&, const Tensor&, Tensor&)),
+      OPENREG_META("aten::xlogy.OutTensor", xlogy_outf,
+                   Tensor&(const Tensor&, const Tensor&, Tensor&)),
       OPENREG_META("aten::upsample_nearest2d.out", upsample_nearest2d_outf,
                    Tensor&(const Tensor&, IntArrayRef, std::optional<double>, std::optional<double>,
                        Tensor&)),

@@ -224,6 +224,15 @@ def test_layer_norm_statistics_dtype_with_a_float_bias_only():
 
 _CPP_META_OPS = """
 import sys, torch
+import torch.nn.functional as F
+def mse_grad(t):
+    p = t.clone().requires_grad_()
+    F.mse_loss(p, t * 0.1).backward()
+    return p.grad
+def max_pool_grad(t):
+    p = t.view(1, 1, 6, 6).clone().requires_grad_()
+    F.max_pool2d(p, 2).sum().backward()
+    return p.grad
 torch.manual_seed(0)
 c = torch.randn(6, 6)
 x = c.to("openreg")
@@ -245,6 +254,16 @@ ops = {
     "eye": lambda t: torch.eye(3, 4, device=t.device),
     "exp out=": lambda t: torch.exp(t, out=torch.empty(6, 6, device=t.device)),
     "bitwise_not": lambda t: ~(t > 0),
+    "std, var, std_mean": lambda t: torch.stack([t.std(), t.var(1)[0], *torch.std_mean(t, 0, keepdim=True)[1][0, :2]]),
+    "mse_loss backward": lambda t: mse_grad(t),
+    "binary_cross_entropy": lambda t: F.binary_cross_entropy(t.sigmoid(), (t > 0).float(), reduction="none"),
+    "with logits": lambda t: F.binary_cross_entropy_with_logits(t, t.sigmoid()),
+    "adaptive_avg_pool2d": lambda t: F.adaptive_avg_pool2d(t.view(1, 1, 6, 6), (2, 3)),
+    "max_pool2d backward": lambda t: max_pool_grad(t),
+    "bilinear": lambda t: F.interpolate(t.view(1, 1, 6, 6), scale_factor=2, mode="bilinear"),
+    "flip, trace": lambda t: t.flip(0, 1) + t.trace(),
+    "nan_to_num": lambda t: t.log().nan_to_num(),
+    "smooth_l1, hypot, xlogy": lambda t: F.smooth_l1_loss(t, t.hypot(t * 2)) + torch.xlogy(t.abs(), 2),
 }
 for name, f in ops.items():
     got, want = f(x).cpu(), f(c)
@@ -260,7 +279,8 @@ def test_common_fallback_ops_infer_outputs_without_python_meta_kernels():
     # first call imports sympy (and torch._dynamo for torch._refs ones): about
     # 1.4 s once per process, every rank of a job. Comparisons and cos/sin/log/
     # erf are native; the rest take the fallback with ATen's C++ Meta kernels
-    # (csrc/aten/MetaFunctions.cpp). Results as the CPU's, in a fresh process.
+    # or openreg's own (csrc/aten/MetaFunctions.cpp). Results as the CPU's, in
+    # a fresh process.
     assert modules_imported_by(_CPP_META_OPS) == "[]"
 
 
