@@ -157,8 +157,13 @@ void convolutionOutputsInTheCpusFormat(const c10::OperatorHandle& op,
   if (name != "aten::convolution" && name != "aten::_convolution" &&
       name != "aten::convolution_backward")
     return;
+  // The CPU's layout follows the input's and the weight's (not grad_output's).
+  // (3-D convolutions with a channels_last_3d tensor do not get here: whether
+  // the CPU answers in that format depends on its backend choice, so they run
+  // synchronously, convolutionOutputSizes in MetaFunctions.cpp.)
+  const size_t first = name == "aten::convolution_backward" ? 1 : 0;
   bool channelsLast = false;
-  for (size_t i = 0; i < meta_args.size() && i < 3; ++i) {
+  for (size_t i = first; i < meta_args.size() && i < first + 2; ++i) {
     const IValue& a = meta_args[i];
     channelsLast |= a.isTensor() && a.toTensor().defined() && a.toTensor().dim() == 4 &&
                     a.toTensor().suggest_memory_format() == c10::MemoryFormat::ChannelsLast;

@@ -68,8 +68,8 @@ void batchNormResultsAsTheCpus(const c10::OperatorHandle& op, SyncOnlyOps::Reaso
 void embeddingBagResultsAsTheCpus(const c10::OperatorHandle& op, SyncOnlyOps::Reason reason,
                                   const c10::IValue* args, torch::jit::Stack& meta_stack);
 
-// The convolution family's fresh 4-D results laid out channels-last where the
-// CPU's are. `meta_args`: the call's arguments on Meta; `meta_tensor_args`:
+// The convolution family's fresh 4-D results laid out channels-last where
+// the CPU's are. `meta_args`: the call's arguments on Meta; `meta_tensor_args`:
 // their tensors (a result that is one of them is a written argument, kept).
 void convolutionOutputsInTheCpusFormat(const c10::OperatorHandle& op,
                                        const std::vector<c10::IValue>& meta_args,

@@ -56,11 +56,86 @@
 #include <ATen/ops/sort_meta_dispatch.h>
 #include <ATen/ops/sum_meta_dispatch.h>
 #include <ATen/ops/topk_meta_dispatch.h>
+#include <ATen/ops/acos_meta_dispatch.h>
+#include <ATen/ops/acosh_meta_dispatch.h>
+#include <ATen/ops/asin_meta_dispatch.h>
+#include <ATen/ops/asinh_meta_dispatch.h>
+#include <ATen/ops/atan_meta_dispatch.h>
+#include <ATen/ops/atanh_meta_dispatch.h>
+#include <ATen/ops/ceil_meta_dispatch.h>
+#include <ATen/ops/clamp_meta_dispatch.h>
+#include <ATen/ops/copysign_meta_dispatch.h>
+#include <ATen/ops/cos_meta_dispatch.h>
+#include <ATen/ops/cosh_meta_dispatch.h>
+#include <ATen/ops/digamma_meta_dispatch.h>
+#include <ATen/ops/elu_meta_dispatch.h>
+#include <ATen/ops/erf_meta_dispatch.h>
+#include <ATen/ops/erfc_meta_dispatch.h>
+#include <ATen/ops/exp2_meta_dispatch.h>
+#include <ATen/ops/expm1_meta_dispatch.h>
+#include <ATen/ops/fmax_meta_dispatch.h>
+#include <ATen/ops/fmin_meta_dispatch.h>
+#include <ATen/ops/frac_meta_dispatch.h>
+#include <ATen/ops/gcd_meta_dispatch.h>
+#include <ATen/ops/glu_meta_dispatch.h>
+#include <ATen/ops/hardsigmoid_meta_dispatch.h>
+#include <ATen/ops/i0_meta_dispatch.h>
+#include <ATen/ops/igamma_meta_dispatch.h>
+#include <ATen/ops/igammac_meta_dispatch.h>
+#include <ATen/ops/index_meta_dispatch.h>
+#include <ATen/ops/isin_meta_dispatch.h>
+#include <ATen/ops/isneginf_meta_dispatch.h>
+#include <ATen/ops/isposinf_meta_dispatch.h>
+#include <ATen/ops/lcm_meta_dispatch.h>
+#include <ATen/ops/leaky_relu_meta_dispatch.h>
+#include <ATen/ops/lgamma_meta_dispatch.h>
+#include <ATen/ops/linalg_cross_meta_dispatch.h>
+#include <ATen/ops/log10_meta_dispatch.h>
+#include <ATen/ops/log1p_meta_dispatch.h>
+#include <ATen/ops/log2_meta_dispatch.h>
+#include <ATen/ops/logaddexp_meta_dispatch.h>
+#include <ATen/ops/logaddexp2_meta_dispatch.h>
+#include <ATen/ops/mish_meta_dispatch.h>
+#include <ATen/ops/neg_meta_dispatch.h>
+#include <ATen/ops/nextafter_meta_dispatch.h>
+#include <ATen/ops/norm_meta_dispatch.h>
+#include <ATen/ops/reciprocal_meta_dispatch.h>
+#include <ATen/ops/rsqrt_meta_dispatch.h>
+#include <ATen/ops/scatter_reduce_meta_dispatch.h>
+#include <ATen/ops/sigmoid_meta_dispatch.h>
+#include <ATen/ops/signbit_meta_dispatch.h>
+#include <ATen/ops/silu_meta_dispatch.h>
+#include <ATen/ops/sin_meta_dispatch.h>
+#include <ATen/ops/sinc_meta_dispatch.h>
+#include <ATen/ops/sinh_meta_dispatch.h>
+#include <ATen/ops/special_bessel_j0_meta_dispatch.h>
+#include <ATen/ops/special_bessel_j1_meta_dispatch.h>
+#include <ATen/ops/special_bessel_y0_meta_dispatch.h>
+#include <ATen/ops/special_bessel_y1_meta_dispatch.h>
+#include <ATen/ops/special_entr_meta_dispatch.h>
+#include <ATen/ops/special_erfcx_meta_dispatch.h>
+#include <ATen/ops/special_i0e_meta_dispatch.h>
+#include <ATen/ops/special_i1_meta_dispatch.h>
+#include <ATen/ops/special_i1e_meta_dispatch.h>
+#include <ATen/ops/special_log_ndtr_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i0_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_i1_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_k0_meta_dispatch.h>
+#include <ATen/ops/special_modified_bessel_k1_meta_dispatch.h>
+#include <ATen/ops/special_ndtri_meta_dispatch.h>
+#include <ATen/ops/special_xlog1py_meta_dispatch.h>
+#include <ATen/ops/special_zeta_meta_dispatch.h>
+#include <ATen/ops/sqrt_meta_dispatch.h>
+#include <ATen/ops/tan_meta_dispatch.h>
+#include <ATen/ops/tanh_meta_dispatch.h>
+#include <ATen/ops/trunc_meta_dispatch.h>
 #include <ATen/ops/upsample_bilinear2d_meta_dispatch.h>
 #include <ATen/ops/upsample_nearest2d_meta_dispatch.h>
 #include <ATen/ops/xlogy_meta_dispatch.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -187,6 +262,11 @@ std::vector<int64_t> convolutionOutputSizes(const at::Tensor& input, const at::T
   require(weight.dim() == dim && dim >= 3 && dim <= 5 && floating(input) &&
           sameDtype(weight, input) && input.layout() == at::kStrided &&
           weight.layout() == at::kStrided && input.size(1) > 0 && weight.numel() > 0);
+  // A channels_last_3d operand: the CPU's result format depends on which of
+  // its backends runs (mkldnn answers channels_last_3d, slow_conv3d
+  // contiguous, chosen by sizes, dtype and thread count), so the CPU decides.
+  for (const at::Tensor* t : {&input, &weight})
+    require(dim != 5 || t->suggest_memory_format() != at::MemoryFormat::ChannelsLast3d);
   const size_t k = dim - 2;
   const auto stride = convParam(stride_, k), padding = convParam(padding_, k),
              dilation = convParam(dilation_, k), output_padding = convParam(output_padding_, k);
@@ -263,8 +343,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> batchNormBackwardMeta(
           sameDtype(grad_out, input));
   const int64_t channels = input.size(1);
   const at::Tensor w = weight.value_or(at::Tensor());
-  for (const auto* t : {&weight, &running_mean, &running_var, &save_mean, &save_invstd})
-    require(channelVector(t->value_or(at::Tensor()), channels));
+  // Parameters and statistics of one dtype: the input's, or float32 for a
+  // reduced-precision input (the CPU's mixed-dtype kernel).
+  std::optional<at::ScalarType> params_dtype;
+  for (const auto* t : {&weight, &running_mean, &running_var, &save_mean, &save_invstd}) {
+    const at::Tensor p = t->value_or(at::Tensor());
+    require(channelVector(p, channels));
+    if (!p.defined()) continue;
+    require(!params_dtype || *params_dtype == p.scalar_type());
+    params_dtype = p.scalar_type();
+  }
+  const bool reduced = input.scalar_type() == at::kBFloat16 || input.scalar_type() == at::kHalf;
+  require(!params_dtype || *params_dtype == input.scalar_type() ||
+          (reduced && *params_dtype == at::kFloat));
   require(train ? save_mean && save_invstd && save_mean->defined() && save_invstd->defined()
                 : running_mean && running_var && running_mean->defined() && running_var->defined());
   const auto params = w.defined() ? w.options() : input.options();
@@ -281,7 +372,8 @@ void requireGroupNorm(const at::Tensor& input, const at::Tensor& weight, int64_t
                       int64_t HxW, int64_t group) {
   require(floating(input) && input.dim() >= 2 && input.size(0) == N && input.size(1) == C &&
           group > 0 && C % group == 0 && N * C * HxW == input.numel() &&
-          sameDtype(weight, input) && channelVector(weight, C));
+          input.is_contiguous(input.suggest_memory_format()) && sameDtype(weight, input) &&
+          channelVector(weight, C));
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> groupNormMeta(
@@ -304,8 +396,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> groupNormBackwardMeta(
   const at::Tensor w = weight.value_or(at::Tensor());
   requireGroupNorm(input, w, n, c, HxW.expect_int(), group);
   require(grad_out.sizes() == input.sizes() && sameDtype(grad_out, input) &&
-          mean.numel() == n * group && rstd.numel() == n * group && sameDtype(mean, input) &&
-          sameDtype(rstd, input));
+          grad_out.is_contiguous(input.suggest_memory_format()) && mean.numel() == n * group &&
+          rstd.numel() == n * group && sameDtype(mean, input) && sameDtype(rstd, input) &&
+          mean.is_contiguous() && rstd.is_contiguous() &&
+          (w.defined() || (!output_mask[1] && !output_mask[2])));
   const auto params = w.defined() ? w.options() : input.options();
   at::Tensor grad_input, grad_weight, grad_bias;
   if (output_mask[0])
@@ -322,7 +416,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> groupNormBackwardMeta(
 std::vector<int64_t> reducedSizes(const at::Tensor& self, at::OptionalIntArrayRef dim, bool keepdim) {
   const int64_t n = self.dim();
   const bool all = !dim || dim->empty();
-  std::vector<bool> reduced(n, all);
+  // A 0-dim tensor takes dimension 0 (or -1), as one of size 1.
+  std::vector<bool> reduced(std::max<int64_t>(n, 1), all);
   if (!all) {
     for (int64_t d : *dim) {
       const int64_t wrapped = at::maybe_wrap_dim(d, n);
@@ -399,12 +494,66 @@ at::Tensor traceMeta(const at::Tensor& self) {
 at::Tensor& nanToNumOutMeta(const at::Tensor& self, std::optional<double> nan,
                             std::optional<double> posinf, std::optional<double> neginf,
                             at::Tensor& out) {
-  require(self.scalar_type() == out.scalar_type());
-  if (at::isIntegralType(self.scalar_type(), /*includeBool=*/true))
-    at::native::resize_output(out, self.sizes());
-  else
-    at::TensorIterator::unary_op(out, self);
+  // An integer input is a copy into a contiguous `out` (resize_output), whose
+  // layout the fallback's TensorIterator rule for out= would change: left to the CPU.
+  require(self.scalar_type() == out.scalar_type() &&
+          !at::isIntegralType(self.scalar_type(), /*includeBool=*/true));
+  at::TensorIterator::unary_op(out, self);
   return out;
+}
+
+// ATen's structured meta, after the CPU kernel's checks it skips: int64
+// indices, floating point values.
+at::Tensor& maxPool2dBackwardMeta(const at::Tensor& grad_output, const at::Tensor& self,
+                                  at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                  at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode,
+                                  const at::Tensor& indices, at::Tensor& grad_input) {
+  require(floating(self) && sameDtype(grad_output, self) && indices.scalar_type() == at::kLong);
+  return at::meta::max_pool2d_with_indices_backward_outf(grad_output, self, kernel_size, stride,
+                                                         padding, dilation, ceil_mode, indices,
+                                                         grad_input);
+}
+
+// where.self_out, as its CPU kernel checks and sizes `out`: the promoted
+// dtype of self and other, a bool condition, the three broadcast together.
+at::Tensor& whereSelfOutMeta(const at::Tensor& condition, const at::Tensor& self,
+                             const at::Tensor& other, at::Tensor& out) {
+  require(condition.scalar_type() == at::kBool && self.scalar_type() == other.scalar_type() &&
+          out.scalar_type() == self.scalar_type());
+  at::TensorIteratorConfig()
+      .check_all_same_dtype(false)
+      .add_output(out)
+      .add_const_input(condition)
+      .add_const_input(self)
+      .add_const_input(other)
+      .build();
+  return out;
+}
+
+// In-place sampling: the CPU kernels' checks of their parameters.
+at::Tensor& bernoulliFloatMeta(at::Tensor& self, double p, std::optional<at::Generator> generator) {
+  require(0 <= p && p <= 1);
+  return self;
+}
+
+at::Tensor& exponentialMeta(at::Tensor& self, double lambd, std::optional<at::Generator> generator) {
+  require(lambd > 0 && std::isfinite(lambd));
+  return self;
+}
+
+// grad * mask * scale: the layout and dtype of the elementwise product.
+at::Tensor nativeDropoutBackwardMeta(const at::Tensor& grad_output, const at::Tensor& mask,
+                                     double scale) {
+  require(floating(grad_output));
+  at::Tensor out;
+  auto iter = at::TensorIterator::binary_op(out, grad_output, mask);
+  return iter.output();
+}
+
+at::Tensor adaptiveAvgPool2dBackwardMeta(const at::Tensor& grad_output, const at::Tensor& self) {
+  require(floating(self) && (self.dim() == 3 || self.dim() == 4) &&
+          grad_output.dim() == self.dim() && sameDtype(grad_output, self));
+  return at::empty(self.sizes(), self.options(), self.suggest_memory_format());
 }
 
 struct MetaKernel {
@@ -424,6 +573,11 @@ MetaKernel metaKernel() {
 // the overload.
 #define OPENREG_META(name, fn, ...) \
   { name, metaKernel<__VA_ARGS__, &at::meta::fn>() }
+
+// Structured pointwise operators' out= forms: (self, out) and (self, other, out).
+#define OPENREG_UNARY_META(op) OPENREG_META("aten::" #op ".out", op##_outf, Tensor&(const Tensor&, Tensor&))
+#define OPENREG_BINARY_META(op) \
+  OPENREG_META("aten::" #op ".out", op##_outf, Tensor&(const Tensor&, const Tensor&, Tensor&))
 
 using at::IntArrayRef;
 using at::Scalar;
@@ -459,6 +613,15 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       {"aten::_adaptive_avg_pool2d",
        metaKernel<decltype(adaptiveAvgPool2dMeta), &adaptiveAvgPool2dMeta>()},
       {"aten::flip", metaKernel<decltype(flipMeta), &flipMeta>()},
+      {"aten::where.self_out", metaKernel<decltype(whereSelfOutMeta), &whereSelfOutMeta>()},
+      {"aten::max_pool2d_with_indices_backward.grad_input",
+       metaKernel<decltype(maxPool2dBackwardMeta), &maxPool2dBackwardMeta>()},
+      {"aten::bernoulli_.float", metaKernel<decltype(bernoulliFloatMeta), &bernoulliFloatMeta>()},
+      {"aten::exponential_", metaKernel<decltype(exponentialMeta), &exponentialMeta>()},
+      {"aten::native_dropout_backward",
+       metaKernel<decltype(nativeDropoutBackwardMeta), &nativeDropoutBackwardMeta>()},
+      {"aten::_adaptive_avg_pool2d_backward",
+       metaKernel<decltype(adaptiveAvgPool2dBackwardMeta), &adaptiveAvgPool2dBackwardMeta>()},
       {"aten::trace", metaKernel<decltype(traceMeta), &traceMeta>()},
       {"aten::nan_to_num.out", metaKernel<decltype(nanToNumOutMeta), &nanToNumOutMeta>()},
       {"aten::native_group_norm", metaKernel<decltype(groupNormMeta), &groupNormMeta>()},
@@ -565,13 +728,60 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_META("aten::max_pool2d_with_indices.out", max_pool2d_with_indices_outf,
                    std::tuple<Tensor&, Tensor&>(const Tensor&, IntArrayRef, IntArrayRef,
                        IntArrayRef, IntArrayRef, bool, Tensor&, Tensor&)),
+      // Pointwise: math and activation functions, special functions.
+      OPENREG_UNARY_META(acos), OPENREG_UNARY_META(acosh), OPENREG_UNARY_META(asin),
+      OPENREG_UNARY_META(asinh), OPENREG_UNARY_META(atan), OPENREG_UNARY_META(atanh),
+      OPENREG_UNARY_META(ceil), OPENREG_UNARY_META(cos), OPENREG_UNARY_META(cosh),
+      OPENREG_UNARY_META(digamma), OPENREG_UNARY_META(erf), OPENREG_UNARY_META(erfc),
+      OPENREG_UNARY_META(exp2), OPENREG_UNARY_META(expm1), OPENREG_UNARY_META(frac),
+      OPENREG_UNARY_META(hardsigmoid), OPENREG_UNARY_META(i0), OPENREG_UNARY_META(isneginf),
+      OPENREG_UNARY_META(isposinf), OPENREG_UNARY_META(lgamma), OPENREG_UNARY_META(log10),
+      OPENREG_UNARY_META(log1p), OPENREG_UNARY_META(log2), OPENREG_UNARY_META(mish),
+      OPENREG_UNARY_META(neg), OPENREG_UNARY_META(reciprocal), OPENREG_UNARY_META(rsqrt),
+      OPENREG_UNARY_META(sigmoid), OPENREG_UNARY_META(signbit), OPENREG_UNARY_META(silu),
+      OPENREG_UNARY_META(sin), OPENREG_UNARY_META(sinc), OPENREG_UNARY_META(sinh),
+      OPENREG_UNARY_META(special_bessel_j0), OPENREG_UNARY_META(special_bessel_j1),
+      OPENREG_UNARY_META(special_bessel_y0), OPENREG_UNARY_META(special_bessel_y1),
+      OPENREG_UNARY_META(special_entr), OPENREG_UNARY_META(special_erfcx),
+      OPENREG_UNARY_META(special_i0e), OPENREG_UNARY_META(special_i1),
+      OPENREG_UNARY_META(special_i1e), OPENREG_UNARY_META(special_log_ndtr),
+      OPENREG_UNARY_META(special_modified_bessel_i0),
+      OPENREG_UNARY_META(special_modified_bessel_i1),
+      OPENREG_UNARY_META(special_modified_bessel_k0),
+      OPENREG_UNARY_META(special_modified_bessel_k1), OPENREG_UNARY_META(special_ndtri),
+      OPENREG_UNARY_META(sqrt), OPENREG_UNARY_META(tan), OPENREG_UNARY_META(tanh),
+      OPENREG_UNARY_META(trunc),
+      OPENREG_BINARY_META(copysign), OPENREG_BINARY_META(fmax), OPENREG_BINARY_META(fmin),
+      OPENREG_BINARY_META(gcd), OPENREG_BINARY_META(igamma), OPENREG_BINARY_META(igammac),
+      OPENREG_BINARY_META(lcm), OPENREG_BINARY_META(logaddexp2), OPENREG_BINARY_META(logaddexp),
+      OPENREG_BINARY_META(nextafter), OPENREG_BINARY_META(special_xlog1py),
+      OPENREG_BINARY_META(special_zeta),
+      OPENREG_META("aten::leaky_relu.out", leaky_relu_outf,
+                   Tensor&(const Tensor&, const Scalar&, Tensor&)),
+      OPENREG_META("aten::elu.out", elu_outf,
+                   Tensor&(const Tensor&, const Scalar&, const Scalar&, const Scalar&, Tensor&)),
+      OPENREG_META("aten::glu.out", glu_outf, Tensor&(const Tensor&, int64_t, Tensor&)),
+      OPENREG_META("aten::clamp.out", clamp_outf,
+                   Tensor&(const Tensor&, const std::optional<Scalar>&, const std::optional<Scalar>&,
+                       Tensor&)),
+      OPENREG_META("aten::clamp.Tensor_out", clamp_outf,
+                   Tensor&(const Tensor&, const std::optional<Tensor>&, const std::optional<Tensor>&,
+                       Tensor&)),
+      OPENREG_META("aten::isin.Tensor_Tensor_out", isin_outf,
+                   Tensor&(const Tensor&, const Tensor&, bool, bool, Tensor&)),
+      OPENREG_META("aten::scatter_reduce.two_out", scatter_reduce_outf,
+                   Tensor&(const Tensor&, int64_t, const Tensor&, const Tensor&, c10::string_view, bool,
+                       Tensor&)),
+      OPENREG_META("aten::linalg_cross", linalg_cross, Tensor(const Tensor&, const Tensor&, int64_t)),
+      OPENREG_META("aten::linalg_cross.out", linalg_cross_outf,
+                   Tensor&(const Tensor&, const Tensor&, int64_t, Tensor&)),
+      OPENREG_META("aten::index.Tensor", index,
+                   Tensor(const Tensor&, const c10::List<std::optional<Tensor>>&)),
+      OPENREG_META("aten::norm.out", norm_outf,
+                   Tensor&(const Tensor&, const std::optional<Scalar>&, IntArrayRef, bool, Tensor&)),
       OPENREG_META("aten::upsample_bilinear2d.out", upsample_bilinear2d_outf,
                    Tensor&(const Tensor&, IntArrayRef, bool, std::optional<double>,
                        std::optional<double>, Tensor&)),
-      OPENREG_META("aten::max_pool2d_with_indices_backward.grad_input",
-                   max_pool2d_with_indices_backward_outf,
-                   Tensor&(const Tensor&, const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
-                       IntArrayRef, bool, const Tensor&, Tensor&)),
       OPENREG_META("aten::smooth_l1_loss", smooth_l1_loss,
                    Tensor(const Tensor&, const Tensor&, int64_t, double)),
       OPENREG_META("aten::hypot.out", hypot_outf, Tensor&(const Tensor&, const Tensor&, Tensor&)),
@@ -595,6 +805,8 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
   return table;
 }
 
+#undef OPENREG_BINARY_META
+#undef OPENREG_UNARY_META
 #undef OPENREG_META
 
 }  // namespace

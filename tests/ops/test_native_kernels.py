@@ -348,6 +348,79 @@ def test_conv_and_norm_argument_errors_raise_at_the_call(call, message):
     assert x.sum().item() == 144
 
 
+def _bn_backward(d, x_dtype, param_dtype):
+    x = torch.randn(4, 3, 5, dtype=x_dtype).to(d)
+    p = torch.ones(3, dtype=param_dtype, device=d)
+    return torch.ops.aten.native_batch_norm_backward(torch.ones_like(x), x, p, p, p, p, p, True,
+                                                     1e-5, [True, True, True])
+
+
+def _conv_backward(d, go_format, x_format, dims=2):
+    size = (2, 3) + (8,) * dims
+    x = torch.randn(size).to(d).contiguous(memory_format=x_format)
+    w = torch.randn((4, 3) + (3,) * dims).to(d)
+    go = torch.randn((2, 4) + (6,) * dims).to(d).contiguous(memory_format=go_format)
+    return torch.ops.aten.convolution_backward(go, x, w, [4], [1] * dims, [0] * dims, [1] * dims,
+                                               False, [0] * dims, 1, [True, True, True])
+
+
+_CL, _CL3, _C = torch.channels_last, torch.channels_last_3d, torch.contiguous_format
+
+
+@pytest.mark.parametrize("case", [
+    "std of a 0-dim tensor over dim 0", "flip of a 0-dim tensor", "flip with a repeated dim",
+    "batch norm backward, float64 input, float32 parameters",
+    "batch norm backward, bfloat16 input, float32 parameters",
+    "group norm of a non-contiguous input", "group norm backward of no weight, grad_weight asked",
+    "conv3d, channels_last_3d input", "conv3d backward, channels_last_3d input",
+    "conv2d backward, channels_last grad_output only",
+    "nan_to_num of integers into out=", "max_pool2d backward, int32 indices",
+])
+def test_hand_written_meta_kernels_agree_with_the_cpu(case):
+    # MetaFunctions.cpp's kernels: the CPU's results (values, dtypes, strides), or its
+    # error at the call; what they cannot tell goes to the CPU kernel synchronously.
+    A = torch.ops.aten
+    x0 = torch.randn(2, 6, 4, 5)
+    fns = {
+        "std of a 0-dim tensor over dim 0": lambda d: torch.tensor(1.5, device=d).std(0, keepdim=True),
+        "flip of a 0-dim tensor": lambda d: torch.tensor(1.5, device=d).flip(0),
+        "flip with a repeated dim": lambda d: torch.ones(2, 2, device=d).flip([0, -2]),
+        "batch norm backward, float64 input, float32 parameters":
+            lambda d: _bn_backward(d, torch.float64, torch.float32),
+        "batch norm backward, bfloat16 input, float32 parameters":
+            lambda d: _bn_backward(d, torch.bfloat16, torch.float32),
+        "group norm of a non-contiguous input":
+            lambda d: A.native_group_norm(x0.to(d).transpose(2, 3), None, None, 2, 6, 20, 3, 1e-5),
+        "group norm backward of no weight, grad_weight asked":
+            lambda d: A.native_group_norm_backward(x0.to(d), x0.to(d), torch.zeros(2, 3, device=d),
+                                                   torch.ones(2, 3, device=d), None, 2, 6, 20, 3,
+                                                   [True, True, True]),
+        "conv3d, channels_last_3d input": lambda d: torch.nn.functional.conv3d(
+            torch.randn(2, 3, 5, 6, 7).to(d).contiguous(memory_format=_CL3),
+            torch.randn(4, 3, 3, 3, 3).to(d)),
+        "conv3d backward, channels_last_3d input": lambda d: _conv_backward(d, _C, _CL3, dims=3),
+        "conv2d backward, channels_last grad_output only": lambda d: _conv_backward(d, _CL, _C),
+        "nan_to_num of integers into out=": lambda d: torch.nan_to_num(
+            torch.arange(6, device=d).view(2, 3).t(), out=torch.empty(0, dtype=torch.long, device=d)),
+        "max_pool2d backward, int32 indices": lambda d: A.max_pool2d_with_indices_backward(
+            torch.ones(1, 1, 2, 2, device=d), torch.randn(1, 1, 4, 4).to(d), [2, 2], [2, 2], [0, 0],
+            [1, 1], False, torch.zeros(1, 1, 2, 2, dtype=torch.int32, device=d)),
+    }
+    torch.manual_seed(0)
+    try:
+        want = fns[case]("cpu")
+    except RuntimeError as e:
+        with pytest.raises(type(e), match=re.escape(str(e).splitlines()[0])):
+            fns[case]("openreg")  # at the call, not at a later synchronisation
+        return
+    torch.manual_seed(0)
+    got = fns[case]("openreg")
+    want, got = (want, got) if isinstance(want, tuple) else ((want,), (got,))
+    for w, g in zip(want, got):
+        assert g.dtype == w.dtype and g.shape == w.shape and g.stride() == w.stride(), (g, w)
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True)
+
+
 @pytest.mark.parametrize("mask_shape,message", [
     ((5,), "The size of tensor a (4) must match the size of tensor b (5) at non-singleton dimension 1"),
     ((2, 4, 4), "output with shape [4, 4] doesn't match the broadcast shape [2, 4, 4]"),
