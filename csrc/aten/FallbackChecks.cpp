@@ -11,7 +11,7 @@
 #include <ATen/native/IndexingUtils.h>
 #include <ATen/native/cpu/mixed_data_type.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/index.h>
+#include <ATen/ops/index_meta_dispatch.h>
 #include <torch/library.h>
 
 #include <memory>
@@ -68,7 +68,7 @@ bool isMask(const at::Tensor& index) {
   return index.scalar_type() == at::kBool || index.scalar_type() == at::kByte;
 }
 
-// The shape of self[indices], from index's Meta kernel, a mask standing for
+// The shape of self[indices], from index's C++ Meta kernel, a mask standing for
 // the long indices of `count(mask)` selected elements (one per mask dimension,
 // as ATen's expandTensors turns it into).
 template <class Count>
@@ -102,7 +102,9 @@ std::vector<int64_t> indexingResultShape(const at::Tensor& self,
     TORCH_CHECK_INDEX(false, "shape mismatch: indexing tensors could not be broadcast together "
                       "with shapes ", shapes);
   }
-  return at::index(onMeta(self.sizes(), self.scalar_type()), metaIndices).sizes().vec();
+  // ATen's C++ Meta kernel, the CPU kernel's own checks (the Meta key's Python
+  // kernel would import sympy at a process's first x[i] = v).
+  return at::meta::index(onMeta(self.sizes(), self.scalar_type()), metaIndices).sizes().vec();
 }
 
 // _index_put_impl_(self, indices, values, accumulate, unsafe) (x[i] = v,
