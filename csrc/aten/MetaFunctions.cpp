@@ -9,6 +9,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/op_registration/infer_schema.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_log_softmax_meta_dispatch.h>
 #include <ATen/ops/_softmax_meta_dispatch.h>
 #include <ATen/ops/all_meta_dispatch.h>
@@ -136,6 +137,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -530,6 +532,62 @@ at::Tensor& whereSelfOutMeta(const at::Tensor& condition, const at::Tensor& self
   return out;
 }
 
+// roll: the CPU kernel concatenates two slices (each rolled dimension in
+// turn), so the result takes the input's suggested memory format; rolling
+// the flattened tensor (no dims) is contiguous, an empty one a clone.
+at::Tensor rollMeta(const at::Tensor& self, c10::SymIntArrayRef shifts, at::IntArrayRef dims) {
+  require(self.dim() > 0 && !shifts.empty() &&
+          (dims.empty() ? shifts.size() == 1 : shifts.size() == dims.size()));
+  if (self.numel() == 0) return emptyPreserving(self);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    // A whole-turn shift makes the CPU kernel clone contiguously instead: left to it.
+    const int64_t size = self.size(at::maybe_wrap_dim(dims[i], self.dim()));
+    require(shifts[i].expect_int() % size != 0);
+  }
+  if (dims.empty()) return at::empty(self.sizes(), self.options());
+  return at::empty(self.sizes(), self.options(), self.suggest_memory_format());
+}
+
+// randperm(out=): n within what the result's dtype holds exactly.
+at::Tensor& randpermOutMeta(c10::SymInt n_, std::optional<at::Generator> generator, at::Tensor& out) {
+  const int64_t n = n_.expect_int();
+  int64_t most = 0;
+  switch (out.scalar_type()) {
+    case at::kLong: most = std::numeric_limits<int64_t>::max(); break;
+    case at::kInt: most = int64_t{1} << 31; break;
+    case at::kShort: most = int64_t{1} << 15; break;
+    case at::kFloat: most = int64_t{1} << 24; break;
+    case at::kDouble: most = int64_t{1} << 53; break;
+    default: require(false);  // the CPU's checks and precision limits of the other dtypes
+  }
+  require(n >= 0 && n <= most && (!generator || generator->device().is_privateuseone()));
+  out.resize_({n});
+  return out;
+}
+
+// tril_indices / triu_indices: [2, count] int64 or int32 indices.
+at::Tensor triangleIndicesMeta(int64_t row, int64_t col, int64_t count,
+                               std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout) {
+  const auto type = dtype.value_or(at::kLong);
+  require(row >= 0 && col >= 0 && layout.value_or(at::kStrided) == at::kStrided &&
+          (type == at::kLong || type == at::kInt));
+  return at::empty({2, count}, at::TensorOptions(at::kMeta).dtype(type));
+}
+at::Tensor trilIndicesMeta(int64_t row, int64_t col, int64_t offset,
+                           std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                           std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  require(row >= 0 && col >= 0);
+  return triangleIndicesMeta(row, col, at::native::get_tril_size(row, col, offset), dtype, layout);
+}
+at::Tensor triuIndicesMeta(int64_t row, int64_t col, int64_t offset,
+                           std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                           std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  require(row >= 0 && col >= 0);
+  return triangleIndicesMeta(row, col, row * col - at::native::get_tril_size(row, col, offset - 1),
+                             dtype, layout);
+}
+
 // In-place sampling: the CPU kernels' checks of their parameters.
 at::Tensor& bernoulliFloatMeta(at::Tensor& self, double p, std::optional<at::Generator> generator) {
   require(0 <= p && p <= 1);
@@ -613,6 +671,10 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       {"aten::_adaptive_avg_pool2d",
        metaKernel<decltype(adaptiveAvgPool2dMeta), &adaptiveAvgPool2dMeta>()},
       {"aten::flip", metaKernel<decltype(flipMeta), &flipMeta>()},
+      {"aten::roll", metaKernel<decltype(rollMeta), &rollMeta>()},
+      {"aten::randperm.generator_out", metaKernel<decltype(randpermOutMeta), &randpermOutMeta>()},
+      {"aten::tril_indices", metaKernel<decltype(trilIndicesMeta), &trilIndicesMeta>()},
+      {"aten::triu_indices", metaKernel<decltype(triuIndicesMeta), &triuIndicesMeta>()},
       {"aten::where.self_out", metaKernel<decltype(whereSelfOutMeta), &whereSelfOutMeta>()},
       {"aten::max_pool2d_with_indices_backward.grad_input",
        metaKernel<decltype(maxPool2dBackwardMeta), &maxPool2dBackwardMeta>()},

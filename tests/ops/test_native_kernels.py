@@ -264,6 +264,13 @@ ops = {
     "flip, trace": lambda t: t.flip(0, 1) + t.trace(),
     "nan_to_num": lambda t: t.log().nan_to_num(),
     "smooth_l1, hypot, xlogy": lambda t: F.smooth_l1_loss(t, t.hypot(t * 2)) + torch.xlogy(t.abs(), 2),
+    "roll": lambda t: t.roll((1, -2), (0, 1)) + t.roll(3),
+    "randperm": lambda t: torch.randperm(6, device=t.device).sort()[0],
+    "tril_indices, triu_indices": lambda t: torch.cat([torch.tril_indices(4, 5, 1, device=t.device),
+                                                      torch.triu_indices(3, 3, device=t.device)], 1),
+    "sqrt(out=), x[i] = v, where(out=)": lambda t: torch.where(
+        t > 0, t.index_put((torch.tensor([1], device=t.device),), torch.tensor(2.0, device=t.device)),
+        torch.sqrt(t.abs(), out=torch.empty(0, device=t.device)), out=torch.empty(0, device=t.device)),
 }
 for name, f in ops.items():
     got, want = f(x).cpu(), f(c)
@@ -375,6 +382,8 @@ _CL, _CL3, _C = torch.channels_last, torch.channels_last_3d, torch.contiguous_fo
     "conv3d, channels_last_3d input", "conv3d backward, channels_last_3d input",
     "conv2d backward, channels_last grad_output only",
     "nan_to_num of integers into out=", "max_pool2d backward, int32 indices",
+    "roll of channels_last", "roll of channels_last by a whole turn", "roll of a 0-dim tensor",
+    "triu_indices with a negative row", "randperm too large for float16",
 ])
 def test_hand_written_meta_kernels_agree_with_the_cpu(case):
     # MetaFunctions.cpp's kernels: the CPU's results (values, dtypes, strides), or its
@@ -405,11 +414,17 @@ def test_hand_written_meta_kernels_agree_with_the_cpu(case):
         "max_pool2d backward, int32 indices": lambda d: A.max_pool2d_with_indices_backward(
             torch.ones(1, 1, 2, 2, device=d), torch.randn(1, 1, 4, 4).to(d), [2, 2], [2, 2], [0, 0],
             [1, 1], False, torch.zeros(1, 1, 2, 2, dtype=torch.int32, device=d)),
+        "roll of channels_last": lambda d: x0.to(d).contiguous(memory_format=_CL).roll((1, 2), (1, 3)),
+        "roll of channels_last by a whole turn":
+            lambda d: x0.to(d).contiguous(memory_format=_CL).roll(4, 2),
+        "roll of a 0-dim tensor": lambda d: torch.tensor(1.5, device=d).roll(1, 0),
+        "triu_indices with a negative row": lambda d: torch.triu_indices(-1, 3, device=d),
+        "randperm too large for float16": lambda d: torch.randperm(3000, dtype=torch.half, device=d),
     }
     torch.manual_seed(0)
     try:
         want = fns[case]("cpu")
-    except RuntimeError as e:
+    except (RuntimeError, IndexError) as e:
         with pytest.raises(type(e), match=re.escape(str(e).splitlines()[0])):
             fns[case]("openreg")  # at the call, not at a later synchronisation
         return
