@@ -420,6 +420,9 @@ void probeRandomFillArguments(const c10::OperatorHandle& op, const IValue* args,
     }
   }
   if (!has_generator || self_index < 0) return;
+  // The CPU kernels refuse to fill a tensor whose elements share memory (an
+  // expanded one), which the one-element probe below cannot show.
+  at::assert_no_internal_overlap(args[self_index].toTensor());
   torch::jit::Stack probe;
   for (size_t i = 0; i < num_args; ++i) {
     if (static_cast<int>(i) == self_index) {

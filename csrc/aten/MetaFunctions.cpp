@@ -588,6 +588,45 @@ at::Tensor triuIndicesMeta(int64_t row, int64_t col, int64_t offset,
                              dtype, layout);
 }
 
+// clamp(out=) with Scalar bounds: ATen's meta, after the CPU kernel's
+// conversion of each bound to the dtype ("value cannot be converted to type
+// int16_t without overflow"; bool and complex are refused there too).
+at::Tensor& clampOutMeta(const at::Tensor& self, const std::optional<at::Scalar>& min,
+                         const std::optional<at::Scalar>& max, at::Tensor& out) {
+  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, self.scalar_type(), "clamp", [&] {
+    if (min) (void)min->to<scalar_t>();
+    if (max) (void)max->to<scalar_t>();
+  });
+  return at::meta::clamp_outf(self, min, max, out);
+}
+
+// linalg_cross: ATen's meta; the CPU kernel has no bool version.
+at::Tensor linalgCrossMeta(const at::Tensor& self, const at::Tensor& other, int64_t dim) {
+  require(self.scalar_type() != at::kBool && other.scalar_type() != at::kBool);
+  return at::meta::linalg_cross(self, other, dim);
+}
+at::Tensor& linalgCrossOutMeta(const at::Tensor& self, const at::Tensor& other, int64_t dim,
+                               at::Tensor& out) {
+  require(self.scalar_type() != at::kBool && other.scalar_type() != at::kBool);
+  return at::meta::linalg_cross_outf(self, other, dim, out);
+}
+
+// norm(out=): ATen's meta; the CPU kernel refuses a complex order.
+at::Tensor& normOutMeta(const at::Tensor& self, const std::optional<at::Scalar>& p,
+                        at::IntArrayRef dim, bool keepdim, at::Tensor& out) {
+  require(!p || !p->isComplex());
+  return at::meta::norm_outf(self, p, dim, keepdim, out);
+}
+
+// index.Tensor: ATen's meta, given at least one index tensor (the CPU
+// kernel asserts on none).
+at::Tensor indexMeta(const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+  bool any = false;
+  for (const std::optional<at::Tensor>& index : indices) any |= index.has_value() && index->defined();
+  require(any);
+  return at::meta::index(self, indices);
+}
+
 // In-place sampling: the CPU kernels' checks of their parameters.
 at::Tensor& bernoulliFloatMeta(at::Tensor& self, double p, std::optional<at::Generator> generator) {
   require(0 <= p && p <= 1);
@@ -671,6 +710,11 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       {"aten::_adaptive_avg_pool2d",
        metaKernel<decltype(adaptiveAvgPool2dMeta), &adaptiveAvgPool2dMeta>()},
       {"aten::flip", metaKernel<decltype(flipMeta), &flipMeta>()},
+      {"aten::clamp.out", metaKernel<decltype(clampOutMeta), &clampOutMeta>()},
+      {"aten::linalg_cross", metaKernel<decltype(linalgCrossMeta), &linalgCrossMeta>()},
+      {"aten::linalg_cross.out", metaKernel<decltype(linalgCrossOutMeta), &linalgCrossOutMeta>()},
+      {"aten::norm.out", metaKernel<decltype(normOutMeta), &normOutMeta>()},
+      {"aten::index.Tensor", metaKernel<decltype(indexMeta), &indexMeta>()},
       {"aten::roll", metaKernel<decltype(rollMeta), &rollMeta>()},
       {"aten::randperm.generator_out", metaKernel<decltype(randpermOutMeta), &randpermOutMeta>()},
       {"aten::tril_indices", metaKernel<decltype(trilIndicesMeta), &trilIndicesMeta>()},
@@ -823,9 +867,6 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_META("aten::elu.out", elu_outf,
                    Tensor&(const Tensor&, const Scalar&, const Scalar&, const Scalar&, Tensor&)),
       OPENREG_META("aten::glu.out", glu_outf, Tensor&(const Tensor&, int64_t, Tensor&)),
-      OPENREG_META("aten::clamp.out", clamp_outf,
-                   Tensor&(const Tensor&, const std::optional<Scalar>&, const std::optional<Scalar>&,
-                       Tensor&)),
       OPENREG_META("aten::clamp.Tensor_out", clamp_outf,
                    Tensor&(const Tensor&, const std::optional<Tensor>&, const std::optional<Tensor>&,
                        Tensor&)),
@@ -834,13 +875,6 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_META("aten::scatter_reduce.two_out", scatter_reduce_outf,
                    Tensor&(const Tensor&, int64_t, const Tensor&, const Tensor&, c10::string_view, bool,
                        Tensor&)),
-      OPENREG_META("aten::linalg_cross", linalg_cross, Tensor(const Tensor&, const Tensor&, int64_t)),
-      OPENREG_META("aten::linalg_cross.out", linalg_cross_outf,
-                   Tensor&(const Tensor&, const Tensor&, int64_t, Tensor&)),
-      OPENREG_META("aten::index.Tensor", index,
-                   Tensor(const Tensor&, const c10::List<std::optional<Tensor>>&)),
-      OPENREG_META("aten::norm.out", norm_outf,
-                   Tensor&(const Tensor&, const std::optional<Scalar>&, IntArrayRef, bool, Tensor&)),
       OPENREG_META("aten::upsample_bilinear2d.out", upsample_bilinear2d_outf,
                    Tensor&(const Tensor&, IntArrayRef, bool, std::optional<double>,
                        std::optional<double>, Tensor&)),

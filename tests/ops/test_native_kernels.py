@@ -384,6 +384,9 @@ _CL, _CL3, _C = torch.channels_last, torch.channels_last_3d, torch.contiguous_fo
     "nan_to_num of integers into out=", "max_pool2d backward, int32 indices",
     "roll of channels_last", "roll of channels_last by a whole turn", "roll of a 0-dim tensor",
     "triu_indices with a negative row", "randperm too large for float16",
+    "clamp(out=) with a bound int16 cannot hold", "linalg.cross of bools", "norm(out=) of complex order",
+    "bernoulli_ of an expanded tensor", "exponential_ of an expanded tensor",
+    "uniform_ of an expanded tensor",
 ])
 def test_hand_written_meta_kernels_agree_with_the_cpu(case):
     # MetaFunctions.cpp's kernels: the CPU's results (values, dtypes, strides), or its
@@ -420,6 +423,16 @@ def test_hand_written_meta_kernels_agree_with_the_cpu(case):
         "roll of a 0-dim tensor": lambda d: torch.tensor(1.5, device=d).roll(1, 0),
         "triu_indices with a negative row": lambda d: torch.triu_indices(-1, 3, device=d),
         "randperm too large for float16": lambda d: torch.randperm(3000, dtype=torch.half, device=d),
+        "clamp(out=) with a bound int16 cannot hold": lambda d: torch.clamp(
+            torch.zeros(3, dtype=torch.int16, device=d), min=40000,
+            out=torch.empty(3, dtype=torch.int16, device=d)),
+        "linalg.cross of bools": lambda d: torch.linalg.cross(*[torch.ones(2, 3, dtype=torch.bool,
+                                                                          device=d)] * 2),
+        "norm(out=) of complex order": lambda d: A.norm.out(torch.ones(3, 4, device=d), 2j, [1], False,
+                                                            out=torch.empty(0, device=d)),
+        "bernoulli_ of an expanded tensor": lambda d: torch.zeros(1, 4, device=d).expand(3, 4).bernoulli_(0.5),
+        "exponential_ of an expanded tensor": lambda d: torch.zeros(1, 4, device=d).expand(3, 4).exponential_(),
+        "uniform_ of an expanded tensor": lambda d: torch.zeros(1, 4, device=d).expand(3, 4).uniform_(),
     }
     torch.manual_seed(0)
     try:
