@@ -408,21 +408,24 @@ void checkAliasesInput(const c10::OperatorHandle& op, size_t index, const at::Te
 void probeRandomFillArguments(const c10::OperatorHandle& op, const IValue* args,
                               size_t num_args) {
   const auto& schema = op.schema();
-  int self_index = -1;
-  bool has_generator = false;
+  int self_index = -1, written = -1;
+  bool has_generator = false, other_tensors = false;
   for (size_t i = 0; i < num_args; ++i) {
     const auto& a = schema.arguments()[i];
     if (ArgumentConverter::isGeneratorArg(a)) {
       has_generator = true;
     } else if (containsTensor(args[i])) {
-      if (self_index >= 0 || !a.alias_info() || !a.alias_info()->isWrite()) return;
-      self_index = static_cast<int>(i);
+      const bool writes = a.alias_info() && a.alias_info()->isWrite() && args[i].isTensor();
+      if (writes && written < 0) written = static_cast<int>(i);
+      if (self_index >= 0 || !writes) other_tensors = true;
+      else self_index = static_cast<int>(i);
     }
   }
-  if (!has_generator || self_index < 0) return;
+  if (!has_generator || written < 0) return;
   // The CPU kernels refuse to fill a tensor whose elements share memory (an
   // expanded one), which the one-element probe below cannot show.
-  at::assert_no_internal_overlap(args[self_index].toTensor());
+  at::assert_no_internal_overlap(args[written].toTensor());
+  if (other_tensors) return;  // (bernoulli_ with a tensor p: its kernel checks the rest)
   torch::jit::Stack probe;
   for (size_t i = 0; i < num_args; ++i) {
     if (static_cast<int>(i) == self_index) {

@@ -11,6 +11,8 @@
 #include <ATen/native/IndexingUtils.h>
 #include <ATen/native/cpu/mixed_data_type.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/_index_put_impl.h>
 #include <ATen/ops/index_meta_dispatch.h>
 #include <torch/library.h>
 
@@ -142,7 +144,19 @@ void checkIndexPutArguments(const IValue* args) {
     return;
   }
   at::native::checkIndexTensorTypes(indices, /*allow_int=*/true);
-  if (others + masks > 0 && !scalarMask) {
+  if (others + masks == 0 || scalarMask) {
+    // No index tensor, or a 0-dim mask: the CPU kernel's checks of these rare
+    // forms are its own (internal asserts among them). Run it on host tensors
+    // of the same shapes, the indices copied (a synchronisation, as a mask's
+    // count would be), so that its error is raised at the call.
+    c10::List<std::optional<at::Tensor>> host;
+    for (const std::optional<at::Tensor>& index : indices)
+      host.push_back(index.has_value() && index->defined() ? std::optional<at::Tensor>(index->cpu())
+                                                          : std::nullopt);
+    at::Tensor target = at::zeros(self.sizes(), self.options().device(at::kCPU));
+    at::_index_put_impl_(target, host, at::zeros(values.sizes(), values.options().device(at::kCPU)),
+                         accumulate, /*unsafe=*/false);
+  } else {
     // A mask's selection is its nonzero count, data on the device. Values
     // that broadcast to a one-element selection broadcast to any (a size 1,
     // or none, where the selection goes), so most calls need not read it; the

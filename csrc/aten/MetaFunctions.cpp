@@ -574,16 +574,20 @@ at::Tensor triangleIndicesMeta(int64_t row, int64_t col, int64_t count,
           (type == at::kLong || type == at::kInt));
   return at::empty({2, count}, at::TensorOptions(at::kMeta).dtype(type));
 }
+// (get_tril_size's sums overflow for offsets near the int64 limits: left to the CPU.)
+bool moderateOffset(int64_t offset) {
+  return offset > -(int64_t{1} << 62) && offset < (int64_t{1} << 62);
+}
 at::Tensor trilIndicesMeta(int64_t row, int64_t col, int64_t offset,
                            std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                            std::optional<at::Device> device, std::optional<bool> pin_memory) {
-  require(row >= 0 && col >= 0);
+  require(row >= 0 && col >= 0 && moderateOffset(offset));
   return triangleIndicesMeta(row, col, at::native::get_tril_size(row, col, offset), dtype, layout);
 }
 at::Tensor triuIndicesMeta(int64_t row, int64_t col, int64_t offset,
                            std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                            std::optional<at::Device> device, std::optional<bool> pin_memory) {
-  require(row >= 0 && col >= 0);
+  require(row >= 0 && col >= 0 && moderateOffset(offset));
   return triangleIndicesMeta(row, col, row * col - at::native::get_tril_size(row, col, offset - 1),
                              dtype, layout);
 }

@@ -386,7 +386,8 @@ _CL, _CL3, _C = torch.channels_last, torch.channels_last_3d, torch.contiguous_fo
     "triu_indices with a negative row", "randperm too large for float16",
     "clamp(out=) with a bound int16 cannot hold", "linalg.cross of bools", "norm(out=) of complex order",
     "bernoulli_ of an expanded tensor", "exponential_ of an expanded tensor",
-    "uniform_ of an expanded tensor",
+    "uniform_ of an expanded tensor", "bernoulli_ of an expanded tensor, tensor p",
+    "triu_indices with the largest offset", "x[0-dim mask] = v", "index_put_ with no index",
 ])
 def test_hand_written_meta_kernels_agree_with_the_cpu(case):
     # MetaFunctions.cpp's kernels: the CPU's results (values, dtypes, strides), or its
@@ -433,6 +434,13 @@ def test_hand_written_meta_kernels_agree_with_the_cpu(case):
         "bernoulli_ of an expanded tensor": lambda d: torch.zeros(1, 4, device=d).expand(3, 4).bernoulli_(0.5),
         "exponential_ of an expanded tensor": lambda d: torch.zeros(1, 4, device=d).expand(3, 4).exponential_(),
         "uniform_ of an expanded tensor": lambda d: torch.zeros(1, 4, device=d).expand(3, 4).uniform_(),
+        "bernoulli_ of an expanded tensor, tensor p": lambda d: torch.zeros(4, 1, device=d).expand(
+            4, 5).bernoulli_(torch.full((4, 5), 0.5, device=d)),
+        "triu_indices with the largest offset": lambda d: torch.triu_indices(3, 3, 2**63 - 1, device=d),
+        "x[0-dim mask] = v": lambda d: torch.zeros(3, 4, 5, device=d).index_put_(
+            [torch.tensor(False, device=d)], torch.ones(2, device=d)),
+        "index_put_ with no index": lambda d: torch.zeros(3, 4, device=d).index_put_(
+            [], torch.ones(1, device=d)),
     }
     torch.manual_seed(0)
     try:
