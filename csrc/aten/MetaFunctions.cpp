@@ -581,13 +581,13 @@ bool moderateOffset(int64_t offset) {
 at::Tensor trilIndicesMeta(int64_t row, int64_t col, int64_t offset,
                            std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                            std::optional<at::Device> device, std::optional<bool> pin_memory) {
-  require(row >= 0 && col >= 0 && moderateOffset(offset));
+  require(moderateOffset(offset));
   return triangleIndicesMeta(row, col, at::native::get_tril_size(row, col, offset), dtype, layout);
 }
 at::Tensor triuIndicesMeta(int64_t row, int64_t col, int64_t offset,
                            std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                            std::optional<at::Device> device, std::optional<bool> pin_memory) {
-  require(row >= 0 && col >= 0 && moderateOffset(offset));
+  require(moderateOffset(offset));
   return triangleIndicesMeta(row, col, row * col - at::native::get_tril_size(row, col, offset - 1),
                              dtype, layout);
 }
@@ -674,6 +674,9 @@ MetaKernel metaKernel() {
 // the overload.
 #define OPENREG_META(name, fn, ...) \
   { name, metaKernel<__VA_ARGS__, &at::meta::fn>() }
+// An entry for one of the Meta kernels written above.
+#define OPENREG_OWN_META(name, fn) \
+  { name, metaKernel<decltype(fn), &fn>() }
 
 // Structured pointwise operators' out= forms: (self, out) and (self, other, out).
 #define OPENREG_UNARY_META(op) OPENREG_META("aten::" #op ".out", op##_outf, Tensor&(const Tensor&, Tensor&))
@@ -692,51 +695,41 @@ using at::Tensor;
 // Meta key a Python kernel holds, with a C++ Meta kernel to use instead.
 std::unordered_map<std::string, MetaKernel>* makeTable() {
   auto* table = new std::unordered_map<std::string, MetaKernel>{
-      {"aten::masked_fill_.Scalar", metaKernel<decltype(maskedFillMeta), &maskedFillMeta>()},
-      {"aten::masked_fill_.Tensor",
-       metaKernel<decltype(maskedFillTensorMeta), &maskedFillTensorMeta>()},
-      {"aten::abs.out", metaKernel<decltype(absOutMeta), &absOutMeta>()},
-      {"aten::convolution", metaKernel<decltype(convolutionMeta), &convolutionMeta>()},
-      {"aten::convolution_backward",
-       metaKernel<decltype(convolutionBackwardMeta), &convolutionBackwardMeta>()},
-      {"aten::native_batch_norm", metaKernel<decltype(batchNormMeta), &batchNormMeta>()},
-      {"aten::native_batch_norm_backward",
-       metaKernel<decltype(batchNormBackwardMeta), &batchNormBackwardMeta>()},
-      {"aten::std.correction", metaKernel<decltype(stdVarMeta), &stdVarMeta>()},
-      {"aten::var.correction", metaKernel<decltype(stdVarMeta), &stdVarMeta>()},
-      {"aten::std_mean.correction", metaKernel<decltype(stdVarMeanMeta), &stdVarMeanMeta>()},
-      {"aten::var_mean.correction", metaKernel<decltype(stdVarMeanMeta), &stdVarMeanMeta>()},
-      {"aten::mse_loss_backward", metaKernel<decltype(mseLossBackwardMeta), &mseLossBackwardMeta>()},
-      {"aten::binary_cross_entropy",
-       metaKernel<decltype(binaryCrossEntropyMeta), &binaryCrossEntropyMeta>()},
-      {"aten::log_sigmoid_forward",
-       metaKernel<decltype(logSigmoidForwardMeta), &logSigmoidForwardMeta>()},
-      {"aten::_adaptive_avg_pool2d",
-       metaKernel<decltype(adaptiveAvgPool2dMeta), &adaptiveAvgPool2dMeta>()},
-      {"aten::flip", metaKernel<decltype(flipMeta), &flipMeta>()},
-      {"aten::clamp.out", metaKernel<decltype(clampOutMeta), &clampOutMeta>()},
-      {"aten::linalg_cross", metaKernel<decltype(linalgCrossMeta), &linalgCrossMeta>()},
-      {"aten::linalg_cross.out", metaKernel<decltype(linalgCrossOutMeta), &linalgCrossOutMeta>()},
-      {"aten::norm.out", metaKernel<decltype(normOutMeta), &normOutMeta>()},
-      {"aten::index.Tensor", metaKernel<decltype(indexMeta), &indexMeta>()},
-      {"aten::roll", metaKernel<decltype(rollMeta), &rollMeta>()},
-      {"aten::randperm.generator_out", metaKernel<decltype(randpermOutMeta), &randpermOutMeta>()},
-      {"aten::tril_indices", metaKernel<decltype(trilIndicesMeta), &trilIndicesMeta>()},
-      {"aten::triu_indices", metaKernel<decltype(triuIndicesMeta), &triuIndicesMeta>()},
-      {"aten::where.self_out", metaKernel<decltype(whereSelfOutMeta), &whereSelfOutMeta>()},
-      {"aten::max_pool2d_with_indices_backward.grad_input",
-       metaKernel<decltype(maxPool2dBackwardMeta), &maxPool2dBackwardMeta>()},
-      {"aten::bernoulli_.float", metaKernel<decltype(bernoulliFloatMeta), &bernoulliFloatMeta>()},
-      {"aten::exponential_", metaKernel<decltype(exponentialMeta), &exponentialMeta>()},
-      {"aten::native_dropout_backward",
-       metaKernel<decltype(nativeDropoutBackwardMeta), &nativeDropoutBackwardMeta>()},
-      {"aten::_adaptive_avg_pool2d_backward",
-       metaKernel<decltype(adaptiveAvgPool2dBackwardMeta), &adaptiveAvgPool2dBackwardMeta>()},
-      {"aten::trace", metaKernel<decltype(traceMeta), &traceMeta>()},
-      {"aten::nan_to_num.out", metaKernel<decltype(nanToNumOutMeta), &nanToNumOutMeta>()},
-      {"aten::native_group_norm", metaKernel<decltype(groupNormMeta), &groupNormMeta>()},
-      {"aten::native_group_norm_backward",
-       metaKernel<decltype(groupNormBackwardMeta), &groupNormBackwardMeta>()},
+      OPENREG_OWN_META("aten::masked_fill_.Scalar", maskedFillMeta),
+      OPENREG_OWN_META("aten::masked_fill_.Tensor", maskedFillTensorMeta),
+      OPENREG_OWN_META("aten::abs.out", absOutMeta),
+      OPENREG_OWN_META("aten::convolution", convolutionMeta),
+      OPENREG_OWN_META("aten::convolution_backward", convolutionBackwardMeta),
+      OPENREG_OWN_META("aten::native_batch_norm", batchNormMeta),
+      OPENREG_OWN_META("aten::native_batch_norm_backward", batchNormBackwardMeta),
+      OPENREG_OWN_META("aten::std.correction", stdVarMeta),
+      OPENREG_OWN_META("aten::var.correction", stdVarMeta),
+      OPENREG_OWN_META("aten::std_mean.correction", stdVarMeanMeta),
+      OPENREG_OWN_META("aten::var_mean.correction", stdVarMeanMeta),
+      OPENREG_OWN_META("aten::mse_loss_backward", mseLossBackwardMeta),
+      OPENREG_OWN_META("aten::binary_cross_entropy", binaryCrossEntropyMeta),
+      OPENREG_OWN_META("aten::log_sigmoid_forward", logSigmoidForwardMeta),
+      OPENREG_OWN_META("aten::_adaptive_avg_pool2d", adaptiveAvgPool2dMeta),
+      OPENREG_OWN_META("aten::flip", flipMeta),
+      OPENREG_OWN_META("aten::clamp.out", clampOutMeta),
+      OPENREG_OWN_META("aten::linalg_cross", linalgCrossMeta),
+      OPENREG_OWN_META("aten::linalg_cross.out", linalgCrossOutMeta),
+      OPENREG_OWN_META("aten::norm.out", normOutMeta),
+      OPENREG_OWN_META("aten::index.Tensor", indexMeta),
+      OPENREG_OWN_META("aten::roll", rollMeta),
+      OPENREG_OWN_META("aten::randperm.generator_out", randpermOutMeta),
+      OPENREG_OWN_META("aten::tril_indices", trilIndicesMeta),
+      OPENREG_OWN_META("aten::triu_indices", triuIndicesMeta),
+      OPENREG_OWN_META("aten::where.self_out", whereSelfOutMeta),
+      OPENREG_OWN_META("aten::max_pool2d_with_indices_backward.grad_input", maxPool2dBackwardMeta),
+      OPENREG_OWN_META("aten::bernoulli_.float", bernoulliFloatMeta),
+      OPENREG_OWN_META("aten::exponential_", exponentialMeta),
+      OPENREG_OWN_META("aten::native_dropout_backward", nativeDropoutBackwardMeta),
+      OPENREG_OWN_META("aten::_adaptive_avg_pool2d_backward", adaptiveAvgPool2dBackwardMeta),
+      OPENREG_OWN_META("aten::trace", traceMeta),
+      OPENREG_OWN_META("aten::nan_to_num.out", nanToNumOutMeta),
+      OPENREG_OWN_META("aten::native_group_norm", groupNormMeta),
+      OPENREG_OWN_META("aten::native_group_norm_backward", groupNormBackwardMeta),
       OPENREG_META("aten::normal_", normal_,
                    Tensor&(Tensor&, double, double, std::optional<at::Generator>)),
       OPENREG_META("aten::sort.stable", sort,
@@ -830,8 +823,8 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_META("aten::nll_loss_forward.output", nll_loss_forward_outf,
                    std::tuple<Tensor&, Tensor&>(const Tensor&, const Tensor&,
                        const std::optional<Tensor>&, int64_t, int64_t, Tensor&, Tensor&)),
-      {"aten::_softmax.out", metaKernel<decltype(softmaxOutMeta), &softmaxOutMeta>()},
-      {"aten::_log_softmax.out", metaKernel<decltype(logSoftmaxOutMeta), &logSoftmaxOutMeta>()},
+      OPENREG_OWN_META("aten::_softmax.out", softmaxOutMeta),
+      OPENREG_OWN_META("aten::_log_softmax.out", logSoftmaxOutMeta),
       OPENREG_META("aten::max_pool2d_with_indices", max_pool2d_with_indices,
                    std::tuple<Tensor, Tensor>(const Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
                        IntArrayRef, bool)),
@@ -907,6 +900,7 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
 
 #undef OPENREG_BINARY_META
 #undef OPENREG_UNARY_META
+#undef OPENREG_OWN_META
 #undef OPENREG_META
 
 }  // namespace
