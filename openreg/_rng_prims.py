@@ -54,15 +54,13 @@ def register() -> None:
     import torch.utils._pytree as pytree
 
     save_op, run_op = rng_prims.run_and_save_rng_state, rng_prims.run_with_rng_state
-    if DispatchKey.PrivateUse1 in save_op.py_kernels:
-        return  # registered already
+    if getattr(save_op, "_openreg_registered", False):
+        return
+    save_op._openreg_registered = True
 
-    # The device kernels, reached when the op's tensors are openreg's.
-    save_op.py_impl(DispatchKey.PrivateUse1)(_save_and_run)
-    run_op.py_impl(DispatchKey.PrivateUse1)(_run_from_state)
-
-    # BackendSelect, FakeTensorMode and ProxyTorchDispatchMode go through torch's device
-    # table (a closure): route openreg ops to the kernels above, the rest to torch's.
+    # BackendSelect (which every call reaches first), FakeTensorMode and
+    # ProxyTorchDispatchMode go through torch's device table (a closure): route
+    # openreg ops to the functions above, the rest to torch's.
     def select(hop, ours):
         theirs = hop.py_kernels[DispatchKey.BackendSelect]
 
@@ -71,15 +69,14 @@ def register() -> None:
             return (ours if _on_openreg(call_args, kwargs) else theirs)(*args, **kwargs)
 
         hop.py_kernels[DispatchKey.BackendSelect] = backend_select
-        return backend_select
 
-    save_select = select(save_op, _save_and_run)
+    select(save_op, _save_and_run)
     select(run_op, _run_from_state)
 
     theirs_fake = registered_hop_fake_fns[save_op]
 
     def save_fake(op, *args, **kwargs):
-        return save_select(op, *args, **kwargs) if _on_openreg(args, kwargs) else \
+        return _save_and_run(op, *args, **kwargs) if _on_openreg(args, kwargs) else \
             theirs_fake(op, *args, **kwargs)
 
     registered_hop_fake_fns[save_op] = save_fake
@@ -89,7 +86,7 @@ def register() -> None:
     def save_proxy(mode, op, *args, **kwargs):
         if not _on_openreg(args, kwargs):
             return theirs_proxy(mode, op, *args, **kwargs)
-        out = save_select(op, *args, **kwargs)
+        out = _save_and_run(op, *args, **kwargs)
         proxy_args = pytree.tree_map(mode.tracer.unwrap_proxy, (op, *args))
         proxy_kwargs = pytree.tree_map(mode.tracer.unwrap_proxy, kwargs)
         out_proxy = mode.tracer.create_proxy("call_function", save_op, proxy_args, proxy_kwargs)
