@@ -150,6 +150,7 @@ std::pair<std::function<void()>, std::function<void()>> OregBackend::issueReplay
                                             part.device, /*blockHost=*/false);
   work->setOwner(this);
   Op op;
+  op.group = c10::intrusive_ptr<OregBackend>::reclaim_copy(this);  // the replay's lock() holds one
   op.work = work->attachWorker(/*releasable=*/false);
   op.timeout = part.timeout;
   op.tag = part.post ? 0 : seq_++;

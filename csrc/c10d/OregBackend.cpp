@@ -192,7 +192,11 @@ OregBackend::OregBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
   });
 }
 
-OregBackend::~OregBackend() { shutdown(); }
+OregBackend::~OregBackend() {
+  // The last reference may go on a thread that holds the GIL (the releaser's,
+  // with an operation): the worker may need it for a callback to finish.
+  withoutGil([this] { shutdown(); });
+}
 
 std::chrono::milliseconds OregBackend::timeoutOf(std::chrono::milliseconds requested) const {
   return requested == c10d::kUnsetTimeout ? options_->timeout : requested;
@@ -333,6 +337,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   std::unique_lock<std::mutex> issuing(issueMutex_, std::defer_lock);
   if (device >= 0) issuing.lock();
   Op op;
+  op.group = c10::intrusive_ptr<OregBackend>::reclaim_copy(this);  // the caller holds one
   // A single collective's future is a device future (FutureStreams.h); a
   // send's or receive's may complete out of issue order, so it is the worker's.
   auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost,
@@ -617,7 +622,7 @@ void OregBackend::runOp(Op& op) {
                     std::move(origin.name), start);
         });
       RequestPtr req = op.post(c, op.kept);
-      inflight_.push_back({req, op.kept, c.deadline, op.what});
+      inflight_.push_back({req, op.kept, c.deadline, op.what, op.group});
       inflightChanged();
     } else {
       {
@@ -960,9 +965,15 @@ void OregBackend::warnUnreceived() {
 }
 
 void OregBackend::shutdown() {
+  if (t_workerOf == this) {
+    std::lock_guard<std::mutex> g(mutex_);
+    shutDown_ = true;
+    return;
+  }
+  std::lock_guard<std::mutex> serial(shutdownMutex_);
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (shutDown_) return;
+    if (stopping_) return;  // done already
     shutDown_ = true;
     // Let issued operations finish, but never wait unboundedly for peers.
     // Sends too, as NCCL's: one whose work a caller waited for on an openreg

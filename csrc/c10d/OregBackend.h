@@ -152,6 +152,10 @@ class OregBackend final : public c10d::Backend {
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_; }
 
+  // Lets issued operations finish (bounded), then stops the worker. Called
+  // from a future callback that this group's runner runs, it only refuses
+  // new operations: the worker cannot join itself, so the next shutdown()
+  // from another thread (the destructor at the latest) completes it.
   void shutdown() override;
   void abort() override;
 
@@ -210,12 +214,17 @@ class OregBackend final : public c10d::Backend {
     Body body;
     Post post;
     TraceOrigin origin;  // for torch.profiler (OpenRegKinetoPlugin.h)
+    // Keeps the group alive until the op is released (on the releaser thread):
+    // a callback that drops the group's last reference must not run the
+    // destructor on this group's own worker, which cannot join itself.
+    c10::intrusive_ptr<OregBackend> group;
   };
   struct InFlight {
     RequestPtr req;
     c10::intrusive_ptr<OregWork> work;
     Clock::time_point deadline;
     std::string what;
+    c10::intrusive_ptr<OregBackend> group;  // as Op::group
   };
 
   c10::intrusive_ptr<OregWork> enqueue(c10d::OpType type, const std::string& name,
@@ -353,7 +362,8 @@ class OregBackend final : public c10d::Backend {
   bool stopping_ = false;  // GUARDED_BY(mutex_)
   bool running_ = false;   // GUARDED_BY(mutex_): an op is executing (worker or inline)
   bool driving_ = false;   // GUARDED_BY(mutex_): the worker drives in-flight sends/receives
-  bool shutDown_ = false;  // GUARDED_BY(mutex_)
+  bool shutDown_ = false;  // GUARDED_BY(mutex_): no new operations
+  std::mutex shutdownMutex_;  // one shutdown() at a time (it joins worker_)
   std::thread worker_;
   std::atomic<int> queued_{0};  // queue_.size(), readable without the lock
   Clock::duration spin_{};      // how long an idle worker polls before sleeping

@@ -1,6 +1,7 @@
 #include "Releaser.h"
 
 #include <Python.h>
+#include <c10/util/ScopeExit.h>
 #include <c10/util/thread_name.h>
 #include <pthread.h>
 
@@ -82,6 +83,13 @@ void releaseLater(std::unique_ptr<Garbage> garbage) {
     s.queue.push_back(std::move(garbage));
   }
   if (wake) s.cv.notify_one();
+}
+
+void withoutGil(const std::function<void()>& f) {
+  if (!Py_IsInitialized() || !PyGILState_Check()) return f();
+  PyThreadState* saved = PyEval_SaveThread();
+  auto restore = c10::make_scope_exit([saved] { PyEval_RestoreThread(saved); });
+  f();
 }
 
 void stopReleaser() {

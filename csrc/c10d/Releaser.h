@@ -10,6 +10,7 @@
 // here the worker owns the work of an operation nobody waited on yet.)
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -33,6 +34,9 @@ template <class T>
 void releaseLater(T&& value) {
   releaseLater(std::unique_ptr<Garbage>(new Boxed<std::decay_t<T>>(std::forward<T>(value))));
 }
+
+// Runs `f` with the GIL released if this thread holds it.
+void withoutGil(const std::function<void()>& f);
 
 // Destroys what is queued, then stops the thread; later garbage is leaked
 // (the process is exiting). Call without holding the GIL: Python's atexit does.

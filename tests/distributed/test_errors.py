@@ -1,5 +1,6 @@
 """Mismatched calls, timeouts, bad input, dead peers, shutdown and abort."""
 import datetime
+import gc
 import os
 import signal
 import tempfile
@@ -377,6 +378,55 @@ def lifecycle(rank, n):
 
 def test_shutdown_and_abort(tmp_path):
     spawn(lifecycle, 2, tmp_path)
+
+
+def destroy_from_own_callback(rank, n, kind, keep_backend):
+    # A future callback that rank 0's worker runs (its peer comes late, so the
+    # operation is still running when then() is attached) destroys the group,
+    # which must neither stall (the worker cannot join itself) nor fail the
+    # callback, nor crash when the group's last reference goes in there. An
+    # operation queued behind it still completes, as at any shutdown().
+    box = [dist.new_group(list(range(n)))]
+    backend = box[0]._get_backend(torch.device("cpu")) if keep_backend else None
+    if rank == 1:
+        time.sleep(0.5)
+    if kind == "collective":
+        first, second = torch.full((4,), rank + 1.0), torch.full((4,), 10.0 * (rank + 1))
+        w1 = dist.all_reduce(first, group=box[0], async_op=True)
+        w2 = dist.all_reduce(second, group=box[0], async_op=True)
+    else:
+        first = torch.full((4,), float(rank))
+        peer = 1 - rank
+        w1 = (dist.irecv(first, src=peer, group=box[0]) if rank == 0
+              else dist.isend(first, dst=peer, group=box[0]))
+        w2 = None
+    ran_on = []
+
+    def callback(fut):
+        ran_on.append(threading.get_ident())
+        dist.destroy_process_group(box.pop())
+        return fut.value()
+
+    start = time.monotonic()
+    w1.get_future().then(callback).wait()
+    if w2 is not None:
+        w2.wait()
+        assert second.tolist() == [30.0] * 4, second
+    assert time.monotonic() - start < 5, time.monotonic() - start
+    # all_reduce: 1 + 2; p2p: rank 0 received rank 1's ones, rank 1 sent them
+    assert first.tolist() == ([3.0] * 4 if kind == "collective" else [1.0] * 4), first
+    if rank == 0:  # its peer came late: the worker ran the callback
+        assert ran_on and ran_on[0] != threading.get_ident(), ran_on
+    if backend is not None:
+        expect_dist_error(lambda: backend.allreduce([torch.ones(1)]).wait(), "shut down")
+    gc.collect()  # the group's last references, if not kept
+    dist.barrier()
+
+
+@pytest.mark.parametrize("kind", ["collective", "p2p"])
+@pytest.mark.parametrize("keep_backend", [False, True], ids=["dropped", "kept"])
+def test_destroy_from_a_callback_of_the_groups_own_operation(tmp_path, kind, keep_backend):
+    spawn(destroy_from_own_callback, 2, tmp_path, kind, keep_backend)
 
 
 def shutdown_during_p2p(rank, n):
