@@ -17,6 +17,7 @@ namespace openreg::kernels {
 using c10::IValue;
 
 SyncOnlyOps::SyncOnlyOps() {
+  names_["aten::nonzero"] = Reason::kShapes;  // x.nonzero(), x[mask]: the size is data
   // eval mode: CPU returns empty save_mean/save_invstd, Meta [C]; reduced-
   // precision inputs with parameters of their dtype: CPU keeps statistics
   // in that dtype, Meta in float32.

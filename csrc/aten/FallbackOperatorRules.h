@@ -30,6 +30,8 @@ namespace openreg::kernels {
 //    dtype, so the outputs cannot be allocated before the CPU kernel has run.
 //    Found by tests/ops/test_opinfo.py; kernels add to the set at run time
 //    when they detect a new disagreement.
+//    nonzero is listed from the start: its output's size is data, so Meta
+//    cannot describe it, and its Python Meta kernel imports sympy to say so.
 //  - kBatchNorm: as kShapes, except for a functional call whose dtypes Meta
 //    gets right (batchNormAgreesWithMeta).
 //  - kEmbeddingBag: Meta's result shapes are replaced by the CPU kernel's

@@ -3,6 +3,7 @@
 
 #include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Reduction.h>
@@ -657,6 +658,83 @@ at::Tensor adaptiveAvgPool2dBackwardMeta(const at::Tensor& grad_output, const at
   return at::empty(self.sizes(), self.options(), self.suggest_memory_format());
 }
 
+// hardswish (MobileNet's activation) and its backward: TensorIterator's
+// unary and binary op, as the CPU kernels build them.
+at::Tensor hardswishMeta(const at::Tensor& self) {
+  require(floating(self));
+  at::Tensor out;
+  return at::TensorIterator::unary_op(out, self).output();
+}
+at::Tensor& hardswishInPlaceMeta(at::Tensor& self) {
+  require(floating(self));
+  at::TensorIterator::unary_op(self, self);
+  return self;
+}
+at::Tensor hardswishBackwardMeta(const at::Tensor& grad_output, const at::Tensor& self) {
+  require(floating(self) && sameDtype(grad_output, self));
+  at::Tensor grad_input;
+  return at::TensorIterator::binary_op(grad_input, grad_output, self).output();
+}
+
+// prelu's kernels (prelu reshapes the weight to broadcast over self first):
+// the result is empty_like(self); the backward's two results take the layout
+// of the iterator over (self, weight, grad_output), both of the broadcast
+// shape (autograd sums grad_weight down to the weight's).
+at::Tensor preluMeta(const at::Tensor& self, const at::Tensor& weight) {
+  require(floating(self) && sameDtype(weight, self) &&
+          at::infer_size(self.sizes(), weight.sizes()) == self.sizes());
+  return emptyPreserving(self);
+}
+std::tuple<at::Tensor, at::Tensor> preluBackwardMeta(const at::Tensor& grad_output,
+                                                     const at::Tensor& self,
+                                                     const at::Tensor& weight) {
+  require(floating(self) && sameDtype(weight, self) && sameDtype(grad_output, self));
+  at::Tensor grad_self = at::empty({0}, self.options());
+  at::Tensor grad_weight = at::empty({0}, weight.options());
+  at::TensorIteratorConfig()
+      .add_output(grad_self)
+      .add_output(grad_weight)
+      .add_const_input(self)
+      .add_const_input(weight)
+      .add_const_input(grad_output)
+      .build();
+  return {grad_self, grad_weight};
+}
+
+// huber_loss: the elementwise loss is empty_like(input), reduced to a scalar
+// unless reduction is none; its backward checks as mse_loss's.
+at::Tensor huberLossMeta(const at::Tensor& self, const at::Tensor& target, int64_t reduction,
+                         double delta) {
+  require(floating(self) && sameDtype(target, self) && target.sizes() == self.sizes() &&
+          delta > 0 && reduction >= at::Reduction::None && reduction <= at::Reduction::Sum);
+  if (reduction == at::Reduction::None) return emptyPreserving(self);
+  return at::empty({}, self.options());
+}
+// (huber_loss_backward is composite: zeros_like(self) into its out= form.)
+at::Tensor& huberLossBackwardOutMeta(const at::Tensor& grad_output, const at::Tensor& self,
+                                     const at::Tensor& target, int64_t reduction, double delta,
+                                     at::Tensor& grad_input) {
+  require(grad_input.sizes() == self.sizes() && sameDtype(grad_input, self) &&
+          at::has_internal_overlap(grad_input) == at::MemOverlap::No);
+  (void)mseLossBackwardMeta(grad_output, self, target, reduction);
+  return grad_input;
+}
+
+// index_fill_ (index_fill clones, then fills in place): the CPU kernel's
+// argument checks, and its conversion of the value to self's dtype. An index
+// out of range fails the stream, as CUDA's kernel assert does (and as
+// index_add's, index_select's); the values are device data.
+at::Tensor& indexFillMeta(at::Tensor& self, int64_t dim, const at::Tensor& index,
+                          const at::Scalar& value) {
+  require(index.scalar_type() == at::kLong && index.dim() <= 1 && !value.isComplex() &&
+          !self.is_complex() && at::has_internal_overlap(self) == at::MemOverlap::No &&
+          index.storage().unsafeGetStorageImpl() != self.storage().unsafeGetStorageImpl());
+  (void)at::maybe_wrap_dim(dim, std::max<int64_t>(self.dim(), 1));
+  AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, self.scalar_type(),
+                             "index_fill_", [&] { (void)value.to<scalar_t>(); });
+  return self;
+}
+
 struct MetaKernel {
   c10::KernelFunction kernel;
   c10::FunctionSchema signature;  // inferred from the C++ function, checked against the op's
@@ -730,6 +808,14 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_OWN_META("aten::nan_to_num.out", nanToNumOutMeta),
       OPENREG_OWN_META("aten::native_group_norm", groupNormMeta),
       OPENREG_OWN_META("aten::native_group_norm_backward", groupNormBackwardMeta),
+      OPENREG_OWN_META("aten::hardswish", hardswishMeta),
+      OPENREG_OWN_META("aten::hardswish_", hardswishInPlaceMeta),
+      OPENREG_OWN_META("aten::hardswish_backward", hardswishBackwardMeta),
+      OPENREG_OWN_META("aten::_prelu_kernel", preluMeta),
+      OPENREG_OWN_META("aten::_prelu_kernel_backward", preluBackwardMeta),
+      OPENREG_OWN_META("aten::huber_loss", huberLossMeta),
+      OPENREG_OWN_META("aten::huber_loss_backward.out", huberLossBackwardOutMeta),
+      OPENREG_OWN_META("aten::index_fill_.int_Scalar", indexFillMeta),
       OPENREG_META("aten::normal_", normal_,
                    Tensor&(Tensor&, double, double, std::optional<at::Generator>)),
       OPENREG_META("aten::sort.stable", sort,

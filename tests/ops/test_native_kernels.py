@@ -229,6 +229,11 @@ def mse_grad(t):
     p = t.clone().requires_grad_()
     F.mse_loss(p, t * 0.1).backward()
     return p.grad
+def act_grads(t):
+    p, w = t.clone().requires_grad_(), torch.full((6,), 0.25, device=t.device, requires_grad=True)
+    loss = F.huber_loss(F.prelu(F.hardswish(p), w), t.roll(1), delta=0.5)
+    loss.backward()
+    return torch.cat([loss.detach().view(1), p.grad.flatten(), w.grad])
 def max_pool_grad(t):
     p = t.view(1, 1, 6, 6).clone().requires_grad_()
     F.max_pool2d(p, 2).sum().backward()
@@ -266,6 +271,10 @@ ops = {
     "smooth_l1, hypot, xlogy": lambda t: F.smooth_l1_loss(t, t.hypot(t * 2)) + torch.xlogy(t.abs(), 2),
     "roll": lambda t: t.roll((1, -2), (0, 1)) + t.roll(3),
     "randperm": lambda t: torch.randperm(6, device=t.device).sort()[0],
+    "hardswish, prelu, huber_loss and their backward": lambda t: act_grads(t),
+    "index_fill": lambda t: t.index_fill(1, torch.tensor([0, 4], device=t.device), -2.0),
+    "nonzero, x[mask], argwhere": lambda t: torch.cat([(t > 0.5).nonzero().flatten().float(), t[t > 0],
+                                                      torch.argwhere(t < -1).flatten().float()]),
     "tril_indices, triu_indices": lambda t: torch.cat([torch.tril_indices(4, 5, 1, device=t.device),
                                                       torch.triu_indices(3, 3, device=t.device)], 1),
     "sqrt(out=), x[i] = v, where(out=)": lambda t: torch.where(
@@ -388,11 +397,17 @@ _CL, _CL3, _C = torch.channels_last, torch.channels_last_3d, torch.contiguous_fo
     "bernoulli_ of an expanded tensor", "exponential_ of an expanded tensor",
     "uniform_ of an expanded tensor", "bernoulli_ of an expanded tensor, tensor p",
     "triu_indices with the largest offset", "x[0-dim mask] = v", "index_put_ with no index",
+    "hardswish of channels_last", "hardswish of integers", "hardswish backward, transposed grad",
+    "prelu of channels_last", "prelu with a float64 weight", "prelu backward of channels_last",
+    "huber_loss of a transposed input", "huber_loss with a zero delta",
+    "huber_loss backward of channels_last", "index_fill with a value int8 cannot hold",
+    "index_fill with an int32 index", "index_fill of a 0-dim tensor",
+    "huber_loss backward into an expanded grad_input",
 ])
 def test_hand_written_meta_kernels_agree_with_the_cpu(case):
     # MetaFunctions.cpp's kernels: the CPU's results (values, dtypes, strides), or its
     # error at the call; what they cannot tell goes to the CPU kernel synchronously.
-    A = torch.ops.aten
+    A, F = torch.ops.aten, torch.nn.functional
     x0 = torch.randn(2, 6, 4, 5)
     fns = {
         "std of a 0-dim tensor over dim 0": lambda d: torch.tensor(1.5, device=d).std(0, keepdim=True),
@@ -441,6 +456,28 @@ def test_hand_written_meta_kernels_agree_with_the_cpu(case):
             [torch.tensor(False, device=d)], torch.ones(2, device=d)),
         "index_put_ with no index": lambda d: torch.zeros(3, 4, device=d).index_put_(
             [], torch.ones(1, device=d)),
+        "hardswish of channels_last": lambda d: F.hardswish(x0.to(d).contiguous(memory_format=_CL)),
+        "hardswish of integers": lambda d: F.hardswish(torch.arange(4, device=d)),
+        "hardswish backward, transposed grad": lambda d: A.hardswish_backward(
+            x0.to(d).transpose(1, 3), x0.to(d).transpose(1, 3).contiguous()),
+        "prelu of channels_last": lambda d: F.prelu(x0.to(d).contiguous(memory_format=_CL),
+                                                    torch.rand(6).to(d)),
+        "prelu with a float64 weight": lambda d: F.prelu(x0.to(d), torch.rand(6, dtype=torch.double).to(d)),
+        "prelu backward of channels_last": lambda d: A._prelu_kernel_backward(
+            x0.to(d), x0.to(d).contiguous(memory_format=_CL), torch.rand(1, 6, 1, 1).to(d)),
+        "huber_loss of a transposed input": lambda d: F.huber_loss(
+            x0.to(d).transpose(0, 3), x0.to(d).transpose(0, 3).contiguous(), reduction="none"),
+        "huber_loss with a zero delta": lambda d: F.huber_loss(x0.to(d), x0.to(d), delta=0.0),
+        "huber_loss backward of channels_last": lambda d: A.huber_loss_backward(
+            torch.tensor(1.0, device=d), x0.to(d).contiguous(memory_format=_CL), x0.to(d), 1, 0.5),
+        "index_fill with a value int8 cannot hold": lambda d: torch.zeros(3, 4, dtype=torch.int8,
+            device=d).index_fill(1, torch.tensor([1], device=d), 300),
+        "index_fill with an int32 index": lambda d: torch.zeros(3, 4, device=d).index_fill(
+            1, torch.tensor([1], dtype=torch.int32, device=d), 1.0),
+        "index_fill of a 0-dim tensor": lambda d: torch.tensor(1.5, device=d).index_fill(
+            0, torch.tensor(0, device=d), 2.0),
+        "huber_loss backward into an expanded grad_input": lambda d: A.huber_loss_backward.out(
+            *[torch.randn(3, 4).to(d)] * 3, 0, 1.0, grad_input=torch.empty(3, 1, device=d).expand(3, 4)),
     }
     torch.manual_seed(0)
     try:
