@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "BusyClock.h"
 #include "OregBackend.h"
 #include "Releaser.h"
 

@@ -55,12 +55,6 @@
 
 namespace openreg::ccl {
 
-// Seconds during which this process ran at least one collective (each from
-// the moment its stream dependencies were met until it finished), over all
-// groups: time two groups' collectives overlap counts once. Exposed as
-// openreg._C._ccl_busy_seconds().
-double collectiveBusySeconds();
-
 class OregBackend final : public c10d::Backend {
  public:
   // Options of a group; deep-copied by split_group (see Bindings.cpp).
