@@ -153,10 +153,10 @@ std::pair<std::function<void()>, std::function<void()>> OregBackend::issueReplay
   op.group = c10::intrusive_ptr<OregBackend>::reclaim_copy(this);  // the replay's lock() holds one
   op.work = work->attachWorker(/*releasable=*/false);
   op.timeout = part.timeout;
-  op.tag = part.post ? 0 : seq_++;
-  op.what = part.post ? part.name + " " + part.desc
-                      : part.name + "#" + std::to_string(op.tag) + " " + part.desc;
-  op.what += " (graph replay)";
+  op.name = part.name;
+  op.desc = part.desc + " (graph replay)";
+  op.what = op.name + " " + op.desc;  // the tag comes when it starts (runOp)
+  if (!part.post) issued_.fetch_add(1, std::memory_order_relaxed);
   const std::string what = op.what;
   op.body = part.body;
   op.post = part.post;

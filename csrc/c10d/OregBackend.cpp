@@ -286,13 +286,10 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   op.work = work->attachWorker(/*releasable=*/!post && !coalescing_);
   work->setOwner(this);
   op.timeout = timeoutOf(call.timeout);
-  if (post) {
-    op.tag = 0;
-    op.what = name + " " + desc;
-  } else {
-    op.tag = seq_++;
-    op.what = name + "#" + std::to_string(op.tag) + " " + desc;
-  }
+  op.name = name;
+  op.desc = desc;
+  op.what = name + " " + desc;  // a collective's tag comes when it starts (runOp)
+  if (!post) issued_.fetch_add(1, std::memory_order_relaxed);
   op.body = std::move(body);
   op.post = std::move(post);
   op.origin = collectiveOrigin(device, name, desc);  // inside the issuing c10d op
@@ -352,9 +349,26 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   // fits the ring completes right here; the worker only drives what stays
   // in flight).
   if (device < 0 && !coalescing_ && (op.post || !call.asyncOp) && runInline(op)) return work;
-  // Issued by a callback of this group's collective on the thread running it:
-  // run the queue through it here (runQueuedThrough).
+  // Issued by a callback of this group's collective on the thread running it.
+  // On host tensors it runs right here, ahead of anything queued: a comm
+  // hook's callback (PowerSGD) runs either here or at then() on the caller's
+  // thread, before the caller issues its next bucket, so every rank runs its
+  // collectives right after the one whose future it chains on, whatever the
+  // timing. (Queued behind the next bucket, they paired with the other
+  // ranks' collectives in a timing-dependent order.) On device tensors the
+  // queue's order is the streams' (StreamOrder.h): run it through this one.
   const bool nested = t_completingFor == this && !coalescing_;
+  if (nested && device < 0) {
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      if (shutDown_)
+        OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
+                       " called after the process group was shut down or aborted");
+    }
+    runOp(op);
+    releaseLater(std::move(op));
+    return work;
+  }
   const std::shared_ptr<OregWork::WorkerRef> mine = nested ? op.work : nullptr;
   pushOp(std::move(op), name);  // checks shutdown() again: it may have begun since
   // Queued, so it will complete (run, fail or be failed by shutdown).
@@ -501,6 +515,10 @@ void OregBackend::workerLoop() {
 }
 
 void OregBackend::runOp(Op& op) {
+  if (!op.post) {
+    op.tag = started_++;
+    op.what = op.name + "#" + std::to_string(op.tag) + " " + op.desc;
+  }
   if (broken_) {
     op.kept = op.work->complete(broken_);
     return;

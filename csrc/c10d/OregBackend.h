@@ -144,7 +144,7 @@ class OregBackend final : public c10d::Backend {
 
   // Every rank starts at 0 and counts the same collectives.
   void setSequenceNumberForGroup() override {}
-  uint64_t getSequenceNumberForGroup() override { return seq_; }
+  uint64_t getSequenceNumberForGroup() override { return issued_.load(); }
 
   // Lets issued operations finish (bounded), then stops the worker. Called
   // from a future callback that this group's runner runs, it only refuses
@@ -203,8 +203,9 @@ class OregBackend final : public c10d::Backend {
     std::shared_ptr<std::atomic<bool>> ready;
     orStream stream = nullptr;  // the caller's stream, for openreg tensors
     std::chrono::milliseconds timeout;
-    uint64_t tag;
-    std::string what;
+    uint64_t tag = 0;  // 0 for a send / receive; a collective's is given when it starts
+    std::string what;  // e.g. "allreduce#4 1024 x Float SUM" (the tag once it has one)
+    std::string name, desc;  // what `what` is made of
     Body body;
     Post post;
     TraceOrigin origin;  // for torch.profiler (OpenRegKinetoPlugin.h)
@@ -329,7 +330,11 @@ class OregBackend final : public c10d::Backend {
   std::atomic<bool> deviceCheckDone_{false};
   void checkDistinctDevice(int device);
   std::shared_ptr<Transport> transport_;
-  uint64_t seq_ = 0;  // collectives issued (caller thread)
+  std::atomic<uint64_t> issued_{0};  // collectives issued (c10d's sequence number)
+  // Collectives started, in the order the group runs them: their tags. Given
+  // at the start rather than at issue, so that a collective a callback issues
+  // (run at once, ahead of the queue) gets the same tag on every rank.
+  uint64_t started_ = 0;  // runner only
   CapturedOps captured_;  // caller thread
   // What on the callers' streams needs no marker kernel (see StreamOrder.h).
   std::shared_ptr<StreamOrder> streamOrder_ = std::make_shared<StreamOrder>();

@@ -151,17 +151,20 @@ def test_powersgd_hook_runs(tmp_path, device_type):
     spawn(powersgd, 2, tmp_path, device_type, timeout=120, pg_timeout=20)
 
 
-def nested_in_callbacks(rank, n):
+def nested_in_callbacks(rank, n, device_type):
     # With several buckets in flight, a hook's callbacks issue collectives
-    # while the backward pass still issues later buckets' all-reduces. The
-    # callbacks run at then() on the caller's thread (device futures, as
-    # NCCL's), so every rank issues them in the same order. Each callback's
-    # probe has a size of its own: any other order is a mismatch error, and a
-    # wrong probe sum would scale the gradients wrongly.
+    # while the backward pass still issues later buckets' all-reduces. On
+    # openreg the callbacks run at then() on the caller's thread (device
+    # futures, as NCCL's); on the CPU either there (bucket already reduced) or
+    # on the group's worker, whose collective then runs ahead of the later
+    # buckets queued meanwhile. Either way every rank runs them in the same
+    # order. Each callback's probe has a size of its own: any other order is a
+    # mismatch error, and a wrong probe sum would scale the gradients wrongly.
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    dev = torch.device("openreg", rank)
-    torch.openreg.set_device(dev)
+    dev = torch.device(device_type, rank) if device_type == "openreg" else torch.device("cpu")
+    if device_type == "openreg":
+        torch.openreg.set_device(dev)
     ddp = DDP(model().to(dev), bucket_cap_mb=1e-5)  # one bucket per parameter
 
     buckets = set()
@@ -185,8 +188,9 @@ def nested_in_callbacks(rank, n):
     torch.testing.assert_close(losses, reference_losses(), rtol=1e-5, atol=1e-5)
 
 
-def test_hook_callbacks_issue_collectives_in_program_order(tmp_path):
-    spawn(nested_in_callbacks, 2, tmp_path, timeout=120, pg_timeout=20)
+@pytest.mark.parametrize("device_type", ["openreg", "cpu"])
+def test_hook_callbacks_issue_collectives_in_program_order(tmp_path, device_type):
+    spawn(nested_in_callbacks, 2, tmp_path, device_type, timeout=120, pg_timeout=20)
 
 
 def sync_batch_norm(rank, n):
