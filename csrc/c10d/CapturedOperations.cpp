@@ -5,8 +5,8 @@
 // kernel (orLaunchPreparedKernel, Driver.h). Each launch of the graph does
 // two things for it, in capture order:
 //  - on the host thread that calls replay(), issueReplay queues the operation
-//    with a fresh sequence number. Every rank replays in its program order,
-//    so the group's queues agree across ranks, as for eager calls.
+//    anew (its tag comes when it starts, as an eager call's). Every rank
+//    replays in its program order, so the group's queues agree across ranks.
 //  - on the replaying stream, a kernel marks the operation ready once the
 //    stream reaches it, then holds the stream until the operation completes.
 //    It raises the operation's error there, as a failed NCCL kernel fails its

@@ -37,6 +37,9 @@ namespace {
 // The group whose collective this thread is completing (running its future's
 // callbacks), or null.
 thread_local const OregBackend* t_completingFor = nullptr;
+// Where the queue stood when that collective's future was requested (0:
+// unknown): callbacks chained on it come after what was queued before that.
+thread_local uint64_t t_completingPoint = 0;
 
 // The key prefix of this incarnation of the group, unique to it.
 //
@@ -271,10 +274,10 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                       " and openreg:", device);
   }
 
-  // From the tag to the push, for openreg tensors: one issue at a time, so
-  // that tags and the group's StreamOrder describe its queue (a future's
-  // callback on the worker may issue too). Not held while a host-tensor
-  // operation runs inline: its callbacks may issue on this thread.
+  // From the stream marker to the push, for openreg tensors: one issue at a
+  // time, so that the group's StreamOrder describes its queue (a future's
+  // callback on the worker may issue too). Host tensors do not take it: an
+  // operation run inline may have callbacks that issue on this thread.
   std::unique_lock<std::mutex> issuing(issueMutex_, std::defer_lock);
   if (device >= 0) issuing.lock();
   Op op;
@@ -285,6 +288,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
                                             !post && !coalescing_ ? futureStreams_ : nullptr);
   op.work = work->attachWorker(/*releasable=*/!post && !coalescing_);
   work->setOwner(this);
+  work->setQueueClock(queuedOps_);
   op.timeout = timeoutOf(call.timeout);
   op.name = name;
   op.desc = desc;
@@ -350,13 +354,14 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   // in flight).
   if (device < 0 && !coalescing_ && (op.post || !call.asyncOp) && runInline(op)) return work;
   // Issued by a callback of this group's collective on the thread running it.
-  // On host tensors it runs right here, ahead of anything queued: a comm
-  // hook's callback (PowerSGD) runs either here or at then() on the caller's
-  // thread, before the caller issues its next bucket, so every rank runs its
-  // collectives right after the one whose future it chains on, whatever the
-  // timing. (Queued behind the next bucket, they paired with the other
-  // ranks' collectives in a timing-dependent order.) On device tensors the
-  // queue's order is the streams' (StreamOrder.h): run it through this one.
+  // The callback runs either here or at then() on the caller's thread if the
+  // collective was done by then, so on host tensors it runs right here, after
+  // what was queued before the caller requested that collective's future
+  // (then()'s place in program order) and ahead of what came later: the
+  // same order on every rank, whatever the timing. (A comm hook chaining on
+  // its bucket (PowerSGD) had its collectives queued behind later buckets on
+  // some ranks only.) On device tensors the queue's order is the streams'
+  // (StreamOrder.h): run it through this one.
   const bool nested = t_completingFor == this && !coalescing_;
   if (nested && device < 0) {
     {
@@ -365,6 +370,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
         OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
                        " called after the process group was shut down or aborted");
     }
+    runQueuedBefore(t_completingPoint);
     runOp(op);
     releaseLater(std::move(op));
     return work;
@@ -387,11 +393,28 @@ void OregBackend::pushOp(Op&& op, const std::string& name) {
     if (shutDown_)
       OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
                      " called after the process group was shut down or aborted");
+    op.queued = queuedOps_->fetch_add(1, std::memory_order_relaxed);
     queue_.push_back(std::move(op));
     queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
   transport_->wakeup();
+}
+
+void OregBackend::runQueuedBefore(uint64_t point) {
+  // As runQueuedThrough: this thread holds running_.
+  for (;;) {
+    Op next;
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      if (queue_.empty() || queue_.front().queued >= point) return;
+      next = std::move(queue_.front());
+      queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_release);
+    }
+    runOp(next);
+    releaseLater(std::move(next));
+  }
 }
 
 void OregBackend::runQueuedThrough(const std::shared_ptr<OregWork::WorkerRef>& mine) {
@@ -558,10 +581,16 @@ void OregBackend::runOp(Op& op) {
         BusySpan busy;  // stream dependencies met: the collective itself
         runTracedCollective(op.origin, [&] { op.body(c); });
       }
-      // Future callbacks run here; one that issues on this group makes
-      // enqueue run the queue on this thread (runQueuedThrough).
-      auto restore = c10::make_scope_exit([outer = t_completingFor] { t_completingFor = outer; });
+      // Future callbacks run here; one that issues on this group runs that
+      // operation on this thread (enqueue).
+      auto restore = c10::make_scope_exit(
+          [outer = t_completingFor, point = t_completingPoint] {
+            t_completingFor = outer;
+            t_completingPoint = point;
+          });
       t_completingFor = this;
+      const auto work = op.work->lock();
+      t_completingPoint = work ? work->futureQueuePoint() : 0;
       op.kept = op.work->complete(nullptr);
     }
     sweepInFlight();

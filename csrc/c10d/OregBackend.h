@@ -206,6 +206,7 @@ class OregBackend final : public c10d::Backend {
     uint64_t tag = 0;  // 0 for a send / receive; a collective's is given when it starts
     std::string what;  // e.g. "allreduce#4 1024 x Float SUM" (the tag once it has one)
     std::string name, desc;  // what `what` is made of
+    uint64_t queued = 0;  // its place in the queue (pushOp), in issue order
     Body body;
     Post post;
     TraceOrigin origin;  // for torch.profiler (OpenRegKinetoPlugin.h)
@@ -276,6 +277,8 @@ class OregBackend final : public c10d::Backend {
   // order, up to and including `mine`, so a callback that waits for an
   // operation it issued (PowerSGD's hook) does not wait for itself.
   void runQueuedThrough(const std::shared_ptr<OregWork::WorkerRef>& mine);
+  // Runs the queued operations whose place is before `point` (as runQueuedThrough).
+  void runQueuedBefore(uint64_t point);
   void sweepInFlight();
   // `issue()`, except that inside a coalescing block its error is raised by
   // the returned (already failed) work's wait() instead of here.
@@ -335,6 +338,9 @@ class OregBackend final : public c10d::Backend {
   // at the start rather than at issue, so that a collective a callback issues
   // (run at once, ahead of the queue) gets the same tag on every rank.
   uint64_t started_ = 0;  // runner only
+  // Operations pushed to queue_ so far (written under mutex_; works read it
+  // at getFuture(), OregWork::setQueueClock).
+  std::shared_ptr<std::atomic<uint64_t>> queuedOps_ = std::make_shared<std::atomic<uint64_t>>(0);
   CapturedOps captured_;  // caller thread
   // What on the callers' streams needs no marker kernel (see StreamOrder.h).
   std::shared_ptr<StreamOrder> streamOrder_ = std::make_shared<StreamOrder>();
@@ -345,7 +351,7 @@ class OregBackend final : public c10d::Backend {
   int sanitizerLane_ = -1;
   std::map<int, int> sanitizerP2pLanes_;  // GUARDED_BY issueMutex_
   int sanitizerLaneOf(c10d::OpType type, int peer);
-  std::mutex issueMutex_;  // held from a device operation's tag to its push (enqueue)
+  std::mutex issueMutex_;  // held from a device operation's stream marker to its push (enqueue)
   std::atomic<uint64_t> streamMarkers_{0}, streamMarkersSkipped_{0};
   uint64_t splitsBuilt_ = 0;
   // The last split and the store c10d passed for it (see split()).

@@ -61,6 +61,7 @@ std::vector<at::Tensor> OregWork::result() { return outputs_; }
 c10::intrusive_ptr<c10::ivalue::Future> OregWork::getFuture() {
   if (!futureRequested_.exchange(true) && !futureStreams_ && isCompleted())
     sanitizerJoinHost();
+  if (queueClock_) futureQueuePoint_.store(queueClock_->load());
   if (auto ref = workerRef_.lock()) ref->pin(c10::intrusive_ptr<OregWork>::reclaim_copy(this));
   if (futureStreams_) std::call_once(deviceFutureOnce_, [this] { future_ = makeDeviceFuture(); });
   return future_;

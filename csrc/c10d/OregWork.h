@@ -81,6 +81,13 @@ class OregWork : public c10d::Work {
   void stash(std::vector<at::Tensor> tensors);
   // The process group that runs this operation (see t_workerOf).
   void setOwner(const void* group) { owner_ = group; }
+  // The group's count of queued operations: getFuture() notes where the
+  // queue stood, the place in program order of the callbacks chained on it.
+  void setQueueClock(std::shared_ptr<const std::atomic<uint64_t>> clock) {
+    queueClock_ = std::move(clock);
+  }
+  // The queue's count when getFuture() was last called (0: never).
+  uint64_t futureQueuePoint() const { return futureQueuePoint_.load(); }
   // Issue side, for a collective on openreg tensors: a wait() queued right
   // behind work the group's StreamOrder covers is covered too.
   void extendsStreamOrder(std::shared_ptr<StreamOrder> order) { streamOrder_ = std::move(order); }
@@ -147,6 +154,8 @@ class OregWork : public c10d::Work {
   orStream capturedOn_ = nullptr;               // setCaptured
   std::shared_ptr<orEvent_st> capturedEvent_;   // setCaptured
   std::atomic<bool> futureRequested_{false};  // getFuture() was called
+  std::shared_ptr<const std::atomic<uint64_t>> queueClock_;  // setQueueClock
+  std::atomic<uint64_t> futureQueuePoint_{0};
   const int device_;
   const bool blockHost_;
   std::atomic<int> sourceRank_{-1};

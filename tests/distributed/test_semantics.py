@@ -372,6 +372,45 @@ def test_future_callback_that_waits_on_a_collective(tmp_path):
         spawn(callback_waits_on_collective, 3, tmp_path, device_type, timeout=90, pg_timeout=20)
 
 
+def callbacks_in_program_order(rank, n, late_then):
+    # Host tensors. A callback chained on w0 issues a collective of w0's size.
+    # Rank 0 chains while w0 is pending (the callback runs on the group's
+    # worker); rank 1 once w0 and w1 are done (it runs at then(), on this
+    # thread). Either way its collective must take the place of then() in
+    # program order (oreg_ccl notes it at get_future()): right after w0 if
+    # chained at once (a DDP comm hook), after w1 if chained after w1 was
+    # issued. Same sizes everywhere, so a wrong pairing would show only in
+    # the sums.
+    a, b = torch.full((4,), rank + 1.0), torch.full((4,), 10.0 * (rank + 1))
+    c = torch.full((4,), 100.0 * (rank + 1))
+
+    def chained(fut):
+        dist.all_reduce(c)
+        return fut.value()
+
+    dist.barrier()  # aligned, so the sleep decides who waits for whom
+    if rank == 1:
+        time.sleep(0.5)
+    w0 = dist.all_reduce(a, async_op=True)
+    if not late_then:
+        if rank == 1:
+            w0.wait()  # done: the callback runs at then()
+        fut = w0.get_future().then(chained)
+    w1 = dist.all_reduce(b, async_op=True)
+    if late_then:
+        if rank == 1:
+            w1.wait()  # so w0 is done too
+        fut = w0.get_future().then(chained)
+    fut.wait()
+    w1.wait()
+    assert a.tolist() == [3.0] * 4 and b.tolist() == [30.0] * 4 and c.tolist() == [300.0] * 4, (a, b, c)
+
+
+@pytest.mark.parametrize("late_then", [False, True], ids=["chained_at_issue", "chained_later"])
+def test_callback_collectives_take_the_place_of_get_future(tmp_path, late_then):
+    spawn(callbacks_in_program_order, 2, tmp_path, late_then, timeout=90, pg_timeout=20)
+
+
 def rng_state_with_future_pending(rank, n):
     # get_rng_state and empty_cache wait for the streams kernels run on, not for a
     # collective whose device future was taken (its future stream holds until
