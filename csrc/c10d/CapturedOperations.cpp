@@ -83,9 +83,9 @@ c10::intrusive_ptr<OregWork> OregBackend::capture(c10d::OpType type, const std::
   };
   if (blockHost) refuse("a barrier, which blocks the host,");
   if (type == c10d::OpType::RECVANYSOURCE) refuse("a receive from any source");
-  if (coalescing_ && coalesced_.size() != captured_.parts.size())
+  if (coalescing() && coalesced_.size() != captured_.parts.size())
     refuse("a coalesced group begun with operations outside the capture");
-  if (coalescing_ && !captured_.parts.empty() && captured_.stream != stream)
+  if (coalescing() && !captured_.parts.empty() && captured_.stream != stream)
     refuse("a coalesced group over several streams");
 
   CapturedOps& ops = captured_;
@@ -99,7 +99,7 @@ c10::intrusive_ptr<OregWork> OregBackend::capture(c10d::OpType type, const std::
   auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, /*blockHost=*/false);
   work->setOwner(this);
   work->complete(nullptr);
-  if (coalescing_)
+  if (coalescing())
     coalesced_.push_back(work);  // recorded with the group, by endCoalescing
   else
     work->setCaptured(rawStream(stream), recordCaptured());  // `stream` outlives captured_

@@ -260,13 +260,13 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
 
   // The capture records a coalesced group's captured parts as one kernel:
   // a part that is not captured could not be part of it.
-  if (coalescing_ && !captured_.parts.empty())
+  if (coalescing() && !captured_.parts.empty())
     OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name, ": a coalesced group mixes "
                    "operations captured in a graph with one that is not (CPU tensors, or a "
                    "stream that does not capture); issue it outside the capture");
   // A coalesced group's work makes one device's stream wait (as NCCL, which
   // refuses groups over several devices): parts on another would be unordered.
-  if (coalescing_ && device >= 0) {
+  if (coalescing() && device >= 0) {
     if (coalescedDevice_ < 0) coalescedDevice_ = device;
     TORCH_CHECK_VALUE(coalescedDevice_ == device, "oreg_ccl: rank ", getRank(), ": ", name,
                       " in a coalesced group (batch_isend_irecv, coalescing manager): all "
@@ -285,8 +285,8 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   // A single collective's future is a device future (FutureStreams.h); a
   // send's or receive's may complete out of issue order, so it is the worker's.
   auto work = c10::make_intrusive<OregWork>(getRank(), type, outputs, device, blockHost,
-                                            !post && !coalescing_ ? futureStreams_ : nullptr);
-  op.work = work->attachWorker(/*releasable=*/!post && !coalescing_);
+                                            !post && !coalescing() ? futureStreams_ : nullptr);
+  op.work = work->attachWorker(/*releasable=*/!post && !coalescing());
   work->setOwner(this);
   work->setQueueClock(queuedOps_);
   op.timeout = timeoutOf(call.timeout);
@@ -346,13 +346,13 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
       streamOrder_->coverMarker(op.stream, before);
       streamMarkers_.fetch_add(1, std::memory_order_relaxed);
     }
-    if (!op.post && !coalescing_) work->extendsStreamOrder(streamOrder_);
+    if (!op.post && !coalescing()) work->extendsStreamOrder(streamOrder_);
   }
   // Host tensors on an idle group: a synchronous collective runs on the
   // caller's thread, and a send or receive is posted from it (a send that
   // fits the ring completes right here; the worker only drives what stays
   // in flight).
-  if (device < 0 && !coalescing_ && (op.post || !call.asyncOp) && runInline(op)) return work;
+  if (device < 0 && !coalescing() && (op.post || !call.asyncOp) && runInline(op)) return work;
   // Issued by a callback of this group's collective on the thread running it.
   // The callback runs either here or at then() on the caller's thread if the
   // collective was done by then, so on host tensors it runs right here, after
@@ -362,7 +362,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   // its bucket (PowerSGD) had its collectives queued behind later buckets on
   // some ranks only.) On device tensors the queue's order is the streams'
   // (StreamOrder.h): run it through this one.
-  const bool nested = t_completingFor == this && !coalescing_;
+  const bool nested = t_completingFor == this && !coalescing();
   if (nested && device < 0) {
     {
       std::lock_guard<std::mutex> g(mutex_);
@@ -379,7 +379,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   pushOp(std::move(op), name);  // checks shutdown() again: it may have begun since
   // Queued, so it will complete (run, fail or be failed by shutdown).
   if (device >= 0) waitAtDeviceSynchronize(device, work->completion(), work->sanitizerPoint());
-  if (coalescing_) coalesced_.push_back(work);
+  if (coalescing()) coalesced_.push_back(work);
   if (nested) {
     if (issuing.owns_lock()) issuing.unlock();  // the operations run may issue again
     runQueuedThrough(mine);
@@ -683,7 +683,7 @@ void OregBackend::failAll(std::exception_ptr error, bool announced) {
 
 c10::intrusive_ptr<c10d::Work> OregBackend::raiseAtWaitWhileCoalescing(
     c10d::OpType type, c10::function_ref<c10::intrusive_ptr<c10d::Work>()> issue) {
-  if (!coalescing_) return issue();
+  if (!coalescing()) return issue();
   try {
     return issue();
   } catch (const std::exception&) {
@@ -850,15 +850,15 @@ void OregBackend::startCoalescing() {
   // Already coalescing: an error raised inside the last block skipped its
   // endCoalescing (c10d's coalescing manager is not exception-safe). Its parts
   // were issued; start afresh, as NCCL does, rather than refuse every later block.
-  coalescing_ = true;
+  coalescingThread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   coalescedDevice_ = -1;
   coalesced_.clear();
   captured_ = {};
 }
 
 c10::intrusive_ptr<c10d::Work> OregBackend::endCoalescing() {
-  TORCH_CHECK(coalescing_, "oreg_ccl: endCoalescing called without startCoalescing");
-  coalescing_ = false;
+  TORCH_CHECK(coalescing(), "oreg_ccl: endCoalescing called without startCoalescing");
+  coalescingThread_.store(std::thread::id(), std::memory_order_relaxed);
   auto work = OregWork::combine(getRank(), coalesced_);
   work->setOwner(this);
   // Parts captured in a graph: recorded now, as one kernel (CapturedOperations.cpp),

@@ -357,7 +357,13 @@ class OregBackend final : public c10d::Backend {
   // The last split and the store c10d passed for it (see split()).
   c10::weak_intrusive_ptr<c10d::Store> lastSplitStore_{c10::intrusive_ptr<c10d::Store>()};
   c10::weak_intrusive_ptr<c10d::Backend> lastSplit_{c10::intrusive_ptr<c10d::Backend>()};
-  bool coalescing_ = false;
+  // The thread inside a startCoalescing/endCoalescing block, if any: c10d's
+  // coalescing is the caller's, and a future's callback issuing on the
+  // worker meanwhile is not part of the block.
+  std::atomic<std::thread::id> coalescingThread_{};
+  bool coalescing() const {
+    return coalescingThread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
   int coalescedDevice_ = -1;  // the openreg device of the coalesced group's parts
   std::vector<c10::intrusive_ptr<OregWork>> coalesced_;
 

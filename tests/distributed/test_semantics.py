@@ -411,6 +411,42 @@ def test_callback_collectives_take_the_place_of_get_future(tmp_path, late_then):
     spawn(callbacks_in_program_order, 2, tmp_path, late_then, timeout=90, pg_timeout=20)
 
 
+def callback_during_coalescing(rank, n):
+    # Host tensors. On rank 0 w0's callback runs on the group's worker while
+    # the caller is inside a coalescing block: the callback's collective is
+    # not part of the block (coalescing is the caller's), and it runs right
+    # after w0, as on rank 1 where it runs at then(), before the block.
+    a, c = torch.full((4,), rank + 1.0), torch.full((4,), 100.0 * (rank + 1))
+    x, y = torch.full((4,), 10.0 * (rank + 1)), torch.full((4,), 1000.0 * (rank + 1))
+
+    def chained(fut):
+        # Not all_reduce: c10d's own coalescing manager takes every thread's
+        # all_reduce into its block (a process-wide list), before the backend.
+        dist.broadcast(c, src=1)
+        return fut.value()
+
+    dist.barrier()  # aligned, so the sleep decides who waits for whom
+    if rank == 1:
+        time.sleep(0.5)
+    w0 = dist.all_reduce(a, async_op=True)
+    if rank == 1:
+        w0.wait()
+    fut = w0.get_future().then(chained)
+    with dist._coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+        dist.broadcast(x, src=0)
+        if rank == 0:
+            time.sleep(1.0)  # rank 1 joins w0 meanwhile: the callback runs now
+        dist.broadcast(y, src=1)
+    cm.wait()
+    fut.wait()
+    assert a.tolist() == [3.0] * 4 and c.tolist() == [200.0] * 4, (a, c)
+    assert x.tolist() == [10.0] * 4 and y.tolist() == [2000.0] * 4, (x, y)
+
+
+def test_callback_collective_during_a_coalescing_block_is_not_part_of_it(tmp_path):
+    spawn(callback_during_coalescing, 2, tmp_path, timeout=90, pg_timeout=20)
+
+
 def rng_state_with_future_pending(rank, n):
     # get_rng_state and empty_cache wait for the streams kernels run on, not for a
     # collective whose device future was taken (its future stream holds until
