@@ -551,6 +551,7 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterUneven(
   return enqueue(c10d::OpType::REDUCE_SCATTER, "reduce_scatter",
                  describeSizes(out.scalar_type(), ins) + " " + spec.name, reads, {out}, callOf(opts),
                  [out = forWorker(out), ins = forWorker(ins), spec = forWorker(spec)](Collective& c) {
+                   at::Tensor mine;
                    for (int p = 0; p < c.size(); ++p) {
                      // A private copy: reduce may use the buffers of every rank.
                      Staged s = stage(ins[p], stageDtype(out.scalar_type()), /*load=*/true,
@@ -558,10 +559,12 @@ c10::intrusive_ptr<c10d::Work> OregBackend::reduceScatterUneven(
                      preReduce(spec, s.buf);
                      ccl::reduce(c, s.buf.data_ptr(), reduceCount(s.buf), reduceDtype(s.buf),
                                  spec.kind, p);
-                     if (p != c.rank()) continue;
-                     postReduce(spec, s.buf, c.size());
-                     hostView(out).copy_(s.buf.view(out.sizes()));
+                     if (p == c.rank()) mine = s.buf;
                    }
+                   // Written once every block is reduced: the output may be
+                   // (inside) a later block's input.
+                   postReduce(spec, mine, c.size());
+                   hostView(out).copy_(mine.view(out.sizes()));
                  });
 }
 

@@ -485,3 +485,28 @@ def gather_scatter_tensors(rank, n):
 
 def test_gather_scatter_in_place_and_packed(tmp_path):
     spawn(gather_scatter_tensors, 3, tmp_path, timeout=120)
+
+
+def uneven_outputs_inside_later_inputs(rank, n):
+    # Uneven list forms, where each rank's output lies inside another rank's
+    # block of its own input list (a later one for rank 0): every block is
+    # reduced or sent before any output is written, as with gloo.
+    sizes = [2, 1, 2]
+    for device in [torch.device("cpu"), torch.device("openreg", rank)]:
+        ins = [torch.full((s,), rank + 1.0, device=device) for s in sizes]
+        theirs = (rank + 2) % n  # a block of this rank's input list other than its own
+        out = ins[theirs][: sizes[rank]] if sizes[theirs] >= sizes[rank] else torch.zeros(sizes[rank], device=device)
+        dist.reduce_scatter(out, ins)
+        check(out, torch.full((sizes[rank],), 6.0), f"uneven reduce_scatter into input {theirs}")
+        src = torch.full((sizes[rank],), 10.0 * (rank + 1), device=device)
+        outs = [torch.zeros(s, device=device) for s in sizes]
+        if sizes[theirs] >= sizes[rank]:
+            outs[theirs][: sizes[rank]].copy_(src)
+            src = outs[theirs][: sizes[rank]]
+        dist.all_gather(outs, src)
+        for r in range(n):
+            check(outs[r], torch.full((sizes[r],), 10.0 * (r + 1)), f"uneven all_gather from {r}")
+
+
+def test_uneven_outputs_inside_later_inputs(tmp_path):
+    spawn(uneven_outputs_inside_later_inputs, 3, tmp_path, timeout=120)
