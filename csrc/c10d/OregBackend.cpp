@@ -915,11 +915,18 @@ c10::intrusive_ptr<c10d::Backend> OregBackend::split(
 }
 
 void OregBackend::warnUnreceived() {
-  const std::string message = transport_->unreceived();
+  std::string message = transport_->unreceived(Channel::kCollective);
   if (!message.empty())
     TORCH_WARN("oreg_ccl: rank ", getRank(), ": the process group was shut down without receiving ",
                message, ". Its ranks did not call the same collectives: a broadcast or scatter ",
                "whose ranks named different roots returns on every rank, with wrong results.");
+  // A send that fits the transport's buffer completes before it is matched
+  // (batch_isend_irecv issues sends one after another): its data is lost.
+  message = transport_->unreceived(Channel::kP2P);
+  if (!message.empty())
+    TORCH_WARN("oreg_ccl: rank ", getRank(), ": the process group was shut down without receiving ",
+               message, ": no receive matched that send, whose sender went on (gloo raises a "
+               "timeout at the sender there, NCCL hangs); its data is lost.");
 }
 
 void OregBackend::shutdown() {

@@ -96,9 +96,9 @@ std::string RoutedTransport::failure() const {
   return f;
 }
 
-std::string RoutedTransport::unreceived() {
-  std::string local = shm_ ? shm_->unreceived() : "";
-  return local.empty() ? zmq_->unreceived() : local;
+std::string RoutedTransport::unreceived(Channel ch) {
+  std::string local = shm_ ? shm_->unreceived(ch) : "";
+  return local.empty() ? zmq_->unreceived(ch) : local;
 }
 
 void RoutedTransport::shutdown() {

@@ -42,7 +42,7 @@ class RoutedTransport final : public Transport {
   std::string failure() const override;
   void quiesce() override;
   void awaitPeersFailed(Clock::duration bound) override;
-  std::string unreceived() override;
+  std::string unreceived(Channel ch) override;
   void shutdown() override;
 
   const ZmqTransport& zmq() const { return *zmq_; }

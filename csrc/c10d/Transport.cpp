@@ -44,8 +44,8 @@ void putWireWhat(char* dst, size_t field, const std::string& what) {
 std::string mismatchMessage(int rank, const PostedRecv& expected, int src, const std::string& what,
                             size_t bytes) {
   return "oreg_ccl: mismatched collectives: rank " + std::to_string(rank) + " runs " +
-         expected.what + " (" + std::to_string(expected.bytes) + " bytes) but rank " +
-         std::to_string(src) + " runs " + what + " (" + std::to_string(bytes) +
+         expected.what + " (a message of " + std::to_string(expected.bytes) + " bytes) but rank " +
+         std::to_string(src) + " runs " + what + " (a message of " + std::to_string(bytes) +
          " bytes). Every rank of a group must call the same collectives in the same order with "
          "matching sizes and dtypes.";
 }

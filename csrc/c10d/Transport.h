@@ -166,13 +166,14 @@ class Transport {
   // Called by the progress thread.
   virtual void awaitPeersFailed(Clock::duration bound) {}
 
-  // Once the owner has no operation left: a collective message a peer sent
-  // that nothing here received, as "rank 0's broadcast#3 ... (N bytes)", or
+  // Once the owner has no operation left: a message on channel `ch` a peer
+  // sent that nothing here received, as "rank 0's broadcast#3 ... (N bytes)", or
   // "" if none. Ranks that called different collectives (each naming itself
   // a broadcast's root) can return without an error, and a group destroyed
   // right after would never report it. Best effort: a message still in
   // flight is not seen. Called by the thread that shuts the group down.
-  virtual std::string unreceived() { return ""; }
+  // (On the p2p channel: a send no receive matched, whose sender went on.)
+  virtual std::string unreceived(Channel ch) { return ""; }
 
   // The owner is done with the transport (the group shut down): release the
   // connections, first handing what was already sent to the peers, bounded.

@@ -620,6 +620,36 @@ def test_roots_named_apart_are_reported_at_shutdown(tmp_path, collective, hosts)
     spawn(roots_named_apart, 2, tmp_path, collective, hosts, host_of=(0, 1) if hosts else None)
 
 
+def send_never_received(rank, n, hosts):
+    # A small send completes before it is matched (batch_isend_irecv issues its
+    # sends one after another), so rank 0's second send, which no receive
+    # matches, returns at once: the receiver says so when its group shuts down
+    # (gloo times out at the sender, NCCL hangs).
+    g = dist.new_group(list(range(n)))
+    x, y = torch.full((2,), 7.0), torch.zeros(2)
+    if rank == 0:
+        ops = [dist.P2POp(dist.isend, x, 1, g), dist.P2POp(dist.isend, x, 1, g)]
+    else:
+        ops = [dist.P2POp(dist.irecv, y, 0, g)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    assert rank == 0 or y.tolist() == [7.0, 7.0]
+    dist.barrier()  # rank 0's sends were made
+    if hosts:
+        time.sleep(1)  # over TCP, on another connection than the barrier's
+    log = stderr_of(lambda: dist.destroy_process_group(g))
+    if rank == 0:
+        assert "without receiving" not in log, log
+    else:
+        assert ("rank 1: the process group was shut down without receiving rank 0's send" in log
+                and "(8 bytes): no receive matched that send" in log), log
+
+
+@pytest.mark.parametrize("hosts", [False, True], ids=["one-host", "two-hosts"])
+def test_a_send_never_received_is_reported_at_shutdown(tmp_path, hosts):
+    spawn(send_never_received, 2, tmp_path, hosts, host_of=(0, 1) if hosts else None)
+
+
 def bad_split_ranks(rank, n):
     for ranks, why in (([0, 5], "rank 5 is not in the parent group"),
                        ([-1, 0], "rank -1 is not in the parent group")):

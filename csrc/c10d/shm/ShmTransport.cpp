@@ -558,8 +558,13 @@ void ShmTransport::unmapPeerArenas() {
   }
 }
 
-std::string ShmTransport::unreceived() {
-  const Channel ch = Channel::kCollective;
+std::string ShmTransport::unreceived(Channel ch) {
+  // A send taken out of the ring into host memory, that no receive claimed.
+  if (ch == Channel::kP2P)
+    for (const Unexpected& u : unexpected_)
+      if (!u.claimedBy)
+        return unreceivedMessage(groupRank(u.src), "send with tag " + std::to_string(u.tag),
+                                 u.data.size());
   for (int src = 0; src < size_; ++src) {
     if (src == rank_ || inbound_[slot(src, ch)].active) continue;
     const ShmRing* rg = ring(rank_, src, ch);

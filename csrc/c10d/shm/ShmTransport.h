@@ -89,7 +89,7 @@ class ShmTransport final : public Transport {
   void cancel(const std::string& why, bool propagate) override;
   std::string failure() const override;
   void quiesce() override;
-  std::string unreceived() override;
+  std::string unreceived(Channel ch) override;
   // Unmaps the peers' device memory this rank mapped (a peer that exited
   // stays resident while mapped).
   void shutdown() override;

@@ -227,17 +227,19 @@ ZmqTransport::~ZmqTransport() {
   if (wakeFd_ >= 0) ::close(wakeFd_);
 }
 
-std::string ZmqTransport::unreceived() {
-  for (int src = 0; src < size_; ++src) {
-    const auto& box = inbox_[slot(src, Channel::kCollective)];
-    if (!box.empty() && !box.front()->recv)
-      return unreceivedMessage(src, box.front()->what, box.front()->bytes);
-  }
+std::string ZmqTransport::unreceived(Channel ch) {
+  for (int src = 0; src < size_; ++src)
+    for (const auto& m : inbox_[slot(src, ch)]) {
+      if (!m->recv) return unreceivedMessage(src, m->what, m->bytes);
+      if (ch == Channel::kCollective) break;  // in order: only the head waits for a receive
+    }
   // What the I/O thread received since: looked at, not taken in (taking it
   // in completes requests, which is the runner's job).
   std::lock_guard<std::mutex> g(ioMutex_);
   for (const Arrival& a : arrivals_)
-    if (a.header.kind == static_cast<uint8_t>(wire::Kind::kCollective) && a.header.offset == 0)
+    if (a.header.kind == static_cast<uint8_t>(ch == Channel::kCollective ? wire::Kind::kCollective
+                                                                          : wire::Kind::kP2P) &&
+        a.header.offset == 0)
       return unreceivedMessage(static_cast<int>(a.header.src),
                                std::string(a.header.what, strnlen(a.header.what, sizeof(a.header.what))),
                                a.header.bytes);

@@ -96,7 +96,7 @@ class ZmqTransport final : public Transport {
   std::string failure() const override;
   void quiesce() override;
   void awaitPeersFailed(Clock::duration bound) override;
-  std::string unreceived() override;
+  std::string unreceived(Channel ch) override;
   void shutdown() override;
 
   // One non-blocking round of progress; true if anything moved. Throws the
