@@ -4,6 +4,7 @@
 // keeps them alive until the worker is done; for openreg tensors, non-owning
 // views at the issue-time address (the Work keeps the caller's tensors).
 #include <ATen/MemoryOverlap.h>
+#include <ATen/TensorUtils.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/core/InferenceMode.h>
 #include <ATen/ops/cat.h>
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "OregBackend.h"
 #include "Staging.h"
@@ -147,18 +149,30 @@ bool overlapsAnyBut(const at::Tensor& t, const std::vector<at::Tensor>& list, in
   return false;
 }
 
+// The step between consecutive elements of `t` in row-major order, if it is
+// the same throughout (`t` can be viewed as one dimension).
+std::optional<int64_t> flatStride(const at::Tensor& t) {
+  const int64_t numel = t.numel();
+  auto strides = at::detail::computeStride(t.sizes(), t.strides(), at::IntArrayRef(&numel, 1));
+  if (!strides) return std::nullopt;
+  return (*strides)[0];
+}
+
 // `part` may alias `whole` only as NCCL's in-place form: exactly block `rank`
 // of it (all-gather's input, reduce-scatter's output). Any other overlap is
 // undefined for NCCL, and here a peer reading straight from this rank's
 // memory could see the block already overwritten: refuse it at the call.
+// Strided tensors qualify too (they are staged through a private buffer):
+// the block is then the same evenly spaced elements.
 void checkInPlaceBlock(const at::Tensor& whole, const at::Tensor& part, int rank, const char* name,
                        const char* partName, const char* wholeName) {
   if (!whole.storage().is_alias_of(part.storage()) ||
       at::get_overlap_status(whole, part) == at::MemOverlapStatus::No)
     return;
-  const bool block = whole.is_contiguous() && part.is_contiguous() &&
-                     static_cast<const char*>(part.data_ptr()) ==
-                         static_cast<const char*>(whole.data_ptr()) + rank * part.nbytes();
+  const auto wholeStride = flatStride(whole), partStride = flatStride(part);
+  const bool block =
+      wholeStride && partStride && (part.numel() == 1 || *partStride == *wholeStride) &&
+      part.storage_offset() == whole.storage_offset() + rank * part.numel() * *wholeStride;
   TORCH_CHECK_VALUE(block, "oreg_ccl: ", name, ": the ", partName, " overlaps the ", wholeName,
                     " other than as block ", rank,
                     " of it (this rank's; in-place use passes exactly that block)");

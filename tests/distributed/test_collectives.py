@@ -510,3 +510,30 @@ def uneven_outputs_inside_later_inputs(rank, n):
 
 def test_uneven_outputs_inside_later_inputs(tmp_path):
     spawn(uneven_outputs_inside_later_inputs, 3, tmp_path, timeout=120)
+
+
+def strided_in_place_forms(rank, n):
+    # NCCL's in-place forms on strided tensors (a column of a wider buffer):
+    # the block is this rank's run of the same evenly spaced elements.
+    for device in [torch.device("cpu"), torch.device("openreg", rank)]:
+        for k in (1, 3, 70_000):
+            base = torch.full((n * k, 2), -1.0, device=device)
+            out = base[:, 1]
+            out[rank * k:(rank + 1) * k] = float(rank)
+            dist.all_gather_into_tensor(out, out[rank * k:(rank + 1) * k])
+            check(base[:, 1], torch.arange(n).float().repeat_interleave(k), f"all_gather {k}")
+            check(base[:, 0], torch.full((n * k,), -1.0), f"all_gather {k}: column 0 kept")
+            base = torch.full((n * k, 2), -1.0, device=device)
+            inp = base[:, 0]
+            inp.copy_(torch.arange(n * k, dtype=torch.float32) + rank)
+            dist.reduce_scatter_tensor(inp[rank * k:(rank + 1) * k], inp, op=ReduceOp.MAX)
+            expect = torch.arange(rank * k, (rank + 1) * k, dtype=torch.float32) + (n - 1)
+            check(base[rank * k:(rank + 1) * k, 0], expect, f"reduce_scatter {k}")
+            check(base[:, 1], torch.full((n * k,), -1.0), f"reduce_scatter {k}: column 1 kept")
+        with pytest.raises(ValueError, match="other than as block"):  # another rank's block
+            other = (rank + 1) % n
+            dist.all_gather_into_tensor(out, out[other * k:(other + 1) * k])
+
+
+def test_strided_in_place_forms(tmp_path):
+    spawn(strided_in_place_forms, 3, tmp_path, timeout=120)
