@@ -370,7 +370,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
         OREG_CCL_THROW("oreg_ccl: rank ", getRank(), ": ", name,
                        " called after the process group was shut down or aborted");
     }
-    runQueuedBefore(t_completingPoint);
+    runQueued(/*before=*/t_completingPoint, /*through=*/nullptr);
     runOp(op);
     releaseLater(std::move(op));
     return work;
@@ -382,7 +382,7 @@ c10::intrusive_ptr<OregWork> OregBackend::enqueue(c10d::OpType type, const std::
   if (coalescing()) coalesced_.push_back(work);
   if (nested) {
     if (issuing.owns_lock()) issuing.unlock();  // the operations run may issue again
-    runQueuedThrough(mine);
+    runQueued(/*before=*/UINT64_MAX, /*through=*/mine);
   }
   return work;
 }
@@ -401,35 +401,19 @@ void OregBackend::pushOp(Op&& op, const std::string& name) {
   transport_->wakeup();
 }
 
-void OregBackend::runQueuedBefore(uint64_t point) {
-  // As runQueuedThrough: this thread holds running_.
-  for (;;) {
-    Op next;
-    {
-      std::lock_guard<std::mutex> g(mutex_);
-      if (queue_.empty() || queue_.front().queued >= point) return;
-      next = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_release);
-    }
-    runOp(next);
-    releaseLater(std::move(next));
-  }
-}
-
-void OregBackend::runQueuedThrough(const std::shared_ptr<OregWork::WorkerRef>& mine) {
+void OregBackend::runQueued(uint64_t before, const std::shared_ptr<OregWork::WorkerRef>& through) {
   // This thread holds running_ (it is inside runOp), so the worker stays
   // parked and the transport is ours; the queue's order is the issue order.
   for (;;) {
     Op next;
     {
       std::lock_guard<std::mutex> g(mutex_);
-      if (queue_.empty()) return;
+      if (queue_.empty() || queue_.front().queued >= before) return;
       next = std::move(queue_.front());
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_release);
     }
-    const bool last = next.work == mine;
+    const bool last = through && next.work == through;
     runOp(next);
     releaseLater(std::move(next));
     if (last) return;

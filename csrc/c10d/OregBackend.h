@@ -273,12 +273,11 @@ class OregBackend final : public c10d::Backend {
   // in flight. False if not.
   bool runInline(Op& op);
   // Called from a future callback running on the thread that owns the
-  // transport (it completed a collective): run the queued operations, in
-  // order, up to and including `mine`, so a callback that waits for an
-  // operation it issued (PowerSGD's hook) does not wait for itself.
-  void runQueuedThrough(const std::shared_ptr<OregWork::WorkerRef>& mine);
-  // Runs the queued operations whose place is before `point` (as runQueuedThrough).
-  void runQueuedBefore(uint64_t point);
+  // transport (it completed a collective): runs the queued operations, in
+  // order, whose place (Op::queued) is before `before`, stopping after
+  // `through` if given, so a callback that waits for an operation it issued
+  // (PowerSGD's hook) does not wait for itself.
+  void runQueued(uint64_t before, const std::shared_ptr<OregWork::WorkerRef>& through);
   void sweepInFlight();
   // `issue()`, except that inside a coalescing block its error is raised by
   // the returned (already failed) work's wait() instead of here.
