@@ -100,9 +100,29 @@ namespace {
 // The contiguous byte runs a view touches, when there are at most kMaxRuns of
 // them: two views that interleave (x[:, 0] and x[:, 1], x[::2] and x[1::2],
 // .real and .imag) then touch no common byte for the race checker. More runs
-// than that count as the bytes the view spans (the checker keeps a segment
-// per run).
+// than that (the checker keeps a segment per run) make one periodic access:
+// the span, with the window of each period (the smallest outer stride) that
+// the runs fall in, when every outer stride is a multiple of that period.
 constexpr int64_t kMaxRuns = 256;
+
+// `dims` from `outer` on: (stride, size) in elements, strides ascending.
+orAccess periodicAccess(const char* begin, int64_t span, int64_t run, int64_t item,
+                        const std::vector<std::pair<int64_t, int64_t>>& dims, size_t outer,
+                        bool write, const char* what) {
+  orAccess access{begin, static_cast<size_t>(span), write, what};
+  const int64_t period = dims[outer].first;
+  bool every_period = true;
+  for (size_t d = outer + 1; d < dims.size(); ++d) {
+    if (dims[d].first % period != 0) return access;  // no common period: the whole span
+    // Dense over periods: this stride steps over exactly the dimensions inside it.
+    every_period &= dims[d].first == dims[d - 1].first * dims[d - 1].second;
+  }
+  access.period = static_cast<size_t>(period * item);
+  access.phase = reinterpret_cast<uintptr_t>(begin) % access.period;
+  access.width = static_cast<size_t>(run * item);
+  access.every_period = every_period;
+  return access;
+}
 
 void addRuns(const at::Tensor& t, const char* begin, bool write, const char* what,
              std::vector<orAccess>& out) {
@@ -121,8 +141,12 @@ void addRuns(const at::Tensor& t, const char* begin, bool write, const char* wha
   int64_t runs = 1;
   for (size_t d = outer; d < dims.size(); ++d) runs *= dims[d].second;
   const bool overlapping = outer < dims.size() && dims[outer].first < run;  // not one-to-one
-  if (runs == 1 || runs > kMaxRuns || overlapping) {
+  if (runs == 1 || overlapping) {
     out.push_back({begin, static_cast<size_t>(span), write, what});
+    return;
+  }
+  if (runs > kMaxRuns) {
+    out.push_back(periodicAccess(begin, span, run, item, dims, outer, write, what));
     return;
   }
   std::vector<int64_t> index(dims.size(), 0);

@@ -265,15 +265,17 @@ def test_views_of_complex_tensors_touch_no_memory(sanitizer, view):
     assert torch.equal(v.cpu(), view(torch.full((8,), 2, dtype=torch.complex64)))
 
 
+@pytest.mark.parametrize("n", [100, 100_000])
 @pytest.mark.parametrize("views", ["columns", "every other", "real and imag"])
-def test_interleaved_views_on_two_streams_do_not_race(sanitizer, views):
+def test_interleaved_views_on_two_streams_do_not_race(sanitizer, views, n):
     # Disjoint bytes, though each view spans the other's: no race (views of
-    # up to 256 contiguous runs are tracked run by run).
+    # up to 256 contiguous runs are tracked run by run, longer ones as a
+    # window of each period).
     if views == "real and imag":
-        z = torch.zeros(100, dtype=torch.complex64, device=DEV)
+        z = torch.zeros(n, dtype=torch.complex64, device=DEV)
         a, b = z.real, z.imag
     else:
-        x = torch.zeros(100, 2, device=DEV) if views == "columns" else torch.zeros(200, device=DEV)
+        x = torch.zeros(n, 2, device=DEV) if views == "columns" else torch.zeros(2 * n, device=DEV)
         a, b = (x[:, 0], x[:, 1]) if views == "columns" else (x[::2], x[1::2])
     torch.openreg.synchronize()
     s1, s2 = side_stream(), side_stream()
@@ -284,7 +286,43 @@ def test_interleaved_views_on_two_streams_do_not_race(sanitizer, views):
         with pytest.raises(RuntimeError, match="data race"):
             a.add_(1)  # the same bytes as s1's fill: still a race
     torch.openreg.synchronize()
-    assert a.sum().item() == 100 and b.sum().item() == 200
+    assert a.sum().item() == n and b.sum().item() == 2 * n
+
+
+def test_strided_views_with_many_runs_race_only_where_they_meet(sanitizer):
+    x = torch.zeros(10_000, 3, device=DEV)  # columns: 10,000 runs each
+    torch.openreg.synchronize()
+    s1, s2 = side_stream(), side_stream()
+    with torch.openreg.stream(s1):
+        x[:, 2].fill_(1.0)
+    with torch.openreg.stream(s2):
+        x[:, :2].fill_(2.0)  # the other two columns: no race
+        x[:, 0].add_(1.0)  # s2's own column
+        with pytest.raises(RuntimeError, match="data race"):
+            x[:, 1:].add_(1.0)  # reaches s1's column
+        # s2's writes of the first two columns did not hide s1's write of the third.
+        with pytest.raises(RuntimeError, match="data race"):
+            x.sum()
+    torch.openreg.current_stream().wait_stream(s1)
+    torch.openreg.current_stream().wait_stream(s2)
+    assert x.sum(0).tolist() == [30_000.0, 20_000.0, 10_000.0]
+    # Once ordered after both, the whole matrix is free to use.
+    x.t()[::2].mul_(2)  # rows 0 and 2 of the transpose: columns 0 and 2
+    assert x.sum(0).tolist() == [60_000.0, 20_000.0, 20_000.0]
+
+
+def test_strided_views_with_different_periods_are_checked(sanitizer):
+    x = torch.zeros(6 * 1000, device=DEV)
+    torch.openreg.synchronize()
+    s1, s2 = side_stream(), side_stream()
+    with torch.openreg.stream(s1):
+        x[::2].fill_(1.0)  # even elements
+    with torch.openreg.stream(s2):
+        x[1::6].fill_(2.0)  # odd elements: no race
+        with pytest.raises(RuntimeError, match="data race"):
+            x[3::3].fill_(3.0)  # every third: even ones among them
+    torch.openreg.synchronize()
+    assert x[1::6].sum().item() == 2000 and x[::2].sum().item() == 3000
 
 
 @pytest.mark.parametrize("runtime_wait", ["graph freed", "empty_cache"])

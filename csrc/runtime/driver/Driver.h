@@ -124,12 +124,20 @@ using orStream = orStream_st*;
 
 // What a kernel touches: the bytes [begin, begin + bytes) of device memory
 // (device pointers), read or written. The race checker (below) compares them
-// across streams.
+// across streams. With a period, only some of those bytes: those whose
+// address is, modulo `period`, in [phase, phase + width) (wrapping); a view
+// like x[:, 0] of a tall matrix, too many runs to list one by one.
 struct orAccess {
   const void* begin;
   size_t bytes;
   bool write;
   const char* what = nullptr;  // the operation's name for reports (a static string), or null
+  size_t period = 0;           // 0: every byte of the range
+  size_t phase = 0;
+  size_t width = 0;
+  // Every period of the range has its window touched (one strided dimension,
+  // or dimensions that tile): a write then overwrites what was there.
+  bool every_period = false;
 };
 
 // Streams are created once and live as long as the process (like CUDA's pools).

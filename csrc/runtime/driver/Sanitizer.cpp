@@ -9,8 +9,12 @@
 // the clock; a wait for the event merges it in; a host synchronisation merges
 // the stream's clock into the host's, which every later launch merges in
 // (the host launched it after seeing that work end). Memory is a map of
-// disjoint byte segments, each with its last write and the reads since; an
+// disjoint byte segments, each with its last writes and the reads since; an
 // access races with an entry of another lane that its clock does not cover.
+// An entry may be periodic (a strided view with too many runs to list, see
+// orAccess): it then covers only its window of each period of the segment,
+// so x[:, 0] and x[:, 1] of a tall matrix share no byte, and a segment keeps
+// one write per window until a write covering them replaces them.
 //
 // Everything runs on the launching thread, under one mutex, only while the
 // checker is on; off, a launch costs one relaxed load.
@@ -21,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <mutex>
 #include <sstream>
 
@@ -34,16 +39,63 @@ namespace {
 
 using Ticks = std::vector<uint64_t>;
 
+// Which bytes of a segment an access touches: all (period 0), or those whose
+// address modulo `period` lies in [phase, phase + width), wrapping.
+struct Pattern {
+  uint64_t period = 0;
+  uint64_t phase = 0;
+  uint64_t width = 0;
+  bool every_period = false;
+
+  static Pattern of(const orAccess& a) {
+    return a.period ? Pattern{a.period, a.phase % a.period, a.width, a.every_period} : Pattern{};
+  }
+  bool operator==(const Pattern& o) const {
+    return period == o.period && phase == o.phase && width == o.width &&
+           every_period == o.every_period;
+  }
+};
+
+// Whether [a, a + wa) and [b, b + wb) meet on a circle of length g (a, b < g).
+bool meetOnCircle(uint64_t a, uint64_t wa, uint64_t b, uint64_t wb, uint64_t g) {
+  if (wa >= g || wb >= g) return true;
+  const auto meet = [](uint64_t x, uint64_t wx, uint64_t y, uint64_t wy) {
+    return x < y + wy && y < x + wx;
+  };
+  return meet(a, wa, b, wb) || meet(a, wa, b + g, wb) || meet(a + g, wa, b, wb);
+}
+
+// Whether two accesses of one segment may touch a common byte: exact when
+// their periods are equal, conservative otherwise (both seen at their
+// periods' greatest common divisor, where each covers a window at least as
+// wide as its own).
+bool mayShare(const Pattern& x, const Pattern& y) {
+  if (!x.period || !y.period) return true;
+  const uint64_t g = std::gcd(x.period, y.period);
+  return meetOnCircle(x.phase % g, x.width, y.phase % g, y.width, g);
+}
+
+// Whether every byte `inner` touches in a segment inside `outer`'s range,
+// `outer` touches too.
+bool covers(const Pattern& outer, const Pattern& inner) {
+  if (!outer.period) return true;
+  if (!outer.every_period || inner.period != outer.period) return false;
+  const uint64_t offset = (inner.phase + outer.period - outer.phase) % outer.period;
+  return offset + inner.width <= outer.width;
+}
+
 struct Tick {
   int lane = -1;  // -1: none
   uint64_t tick = 0;
   const char* what = nullptr;  // the access's operation, for reports
+  Pattern pattern;
 };
 
 struct Segment {
   uintptr_t end = 0;
-  Tick write;               // the last write
-  std::vector<Tick> reads;  // since then, the latest per lane
+  // The last writes: one, unless periodic writes left several windows.
+  std::vector<Tick> writes;
+  std::vector<Tick> reads;  // since then, the latest per lane and pattern
 };
 
 struct Lane {
@@ -90,7 +142,7 @@ class Checker {
       if (a.bytes && !check(lane, clock, a)) return false;
     clock[lane] = tick;
     for (const orAccess& a : accesses)
-      if (a.bytes) record(a, Tick{lane, tick, a.what});
+      if (a.bytes) record(a, Tick{lane, tick, a.what, Pattern::of(a)});
     return true;
   }
 
@@ -116,12 +168,10 @@ class Checker {
   void retire(uintptr_t begin, uintptr_t end, const Ticks& before) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = firstOverlapping(begin); it != memory_.end() && it->first < end; ++it) {
-      Segment& s = it->second;
-      if (ordered(/*lane=*/-1, before, s.write)) s.write = Tick{};
-      auto& reads = s.reads;
-      reads.erase(std::remove_if(reads.begin(), reads.end(),
-                                 [&](const Tick& r) { return ordered(-1, before, r); }),
-                  reads.end());
+      for (auto* ticks : {&it->second.writes, &it->second.reads})
+        ticks->erase(std::remove_if(ticks->begin(), ticks->end(),
+                                    [&](const Tick& t) { return ordered(-1, before, t); }),
+                     ticks->end());
     }
   }
 
@@ -157,16 +207,22 @@ class Checker {
   bool check(int lane, const Ticks& clock, const orAccess& a) {
     const auto begin = reinterpret_cast<uintptr_t>(a.begin);
     const uintptr_t end = begin + a.bytes;
+    const Pattern pattern = Pattern::of(a);
+    const auto races = [&](const Tick& t) {
+      return mayShare(pattern, t.pattern) && !ordered(lane, clock, t);
+    };
     for (auto it = firstOverlapping(begin); it != memory_.end() && it->first < end; ++it) {
       const Segment& s = it->second;
       const uintptr_t from = std::max(begin, it->first), to = std::min(end, s.end);
-      if (!ordered(lane, clock, s.write)) {
-        report(lane, a.what, a.write ? "writes" : "reads", from, to, s.write, "wrote");
-        return false;
+      for (const Tick& w : s.writes) {
+        if (races(w)) {
+          report(lane, a.what, a.write ? "writes" : "reads", from, to, w, "wrote");
+          return false;
+        }
       }
       if (!a.write) continue;
       for (const Tick& r : s.reads) {
-        if (!ordered(lane, clock, r)) {
+        if (races(r)) {
           report(lane, a.what, "writes", from, to, r, "read");
           return false;
         }
@@ -189,10 +245,10 @@ class Checker {
     const uintptr_t end = begin + a.bytes;
     splitAt(begin);
     splitAt(end);
-    if (a.write) {
+    if (a.write && !now.pattern.period) {
       // One segment for the whole range: everything before is overwritten.
       memory_.erase(memory_.lower_bound(begin), memory_.lower_bound(end));
-      memory_.emplace(begin, Segment{end, now, {}});
+      memory_.emplace(begin, Segment{end, {now}, {}});
       return;
     }
     uintptr_t cursor = begin;
@@ -200,17 +256,31 @@ class Checker {
     while (cursor < end) {
       if (it == memory_.end() || it->first > cursor) {  // a gap: never touched
         const uintptr_t gap_end = it == memory_.end() ? end : std::min(end, it->first);
-        it = memory_.emplace_hint(it, cursor, Segment{gap_end, Tick{}, {now}});
+        it = memory_.emplace_hint(it, cursor, Segment{gap_end, {}, {}});
+      }
+      Segment& s = it->second;
+      if (a.write) {
+        // A periodic write overwrites only what its windows cover.
+        for (auto* ticks : {&s.writes, &s.reads})
+          ticks->erase(std::remove_if(ticks->begin(), ticks->end(),
+                                      [&](const Tick& t) {
+                                        // It was ordered after them (checked), or is their lane's.
+                                        return covers(now.pattern, t.pattern) ||
+                                               (t.lane == now.lane && t.pattern == now.pattern);
+                                      }),
+                       ticks->end());
+        s.writes.push_back(now);
       } else {
-        auto& reads = it->second.reads;
-        auto same = std::find_if(reads.begin(), reads.end(),
-                                 [&](const Tick& r) { return r.lane == now.lane; });
-        if (same != reads.end())
+        // A lane's later read stands for its earlier ones of the same bytes.
+        auto same = std::find_if(s.reads.begin(), s.reads.end(), [&](const Tick& r) {
+          return r.lane == now.lane && r.pattern == now.pattern;
+        });
+        if (same != s.reads.end())
           *same = now;
         else
-          reads.push_back(now);
+          s.reads.push_back(now);
       }
-      cursor = it->second.end;
+      cursor = s.end;
       ++it;
     }
   }
