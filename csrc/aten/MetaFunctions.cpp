@@ -58,6 +58,15 @@
 #include <ATen/ops/sort_meta_dispatch.h>
 #include <ATen/ops/sum_meta_dispatch.h>
 #include <ATen/ops/topk_meta_dispatch.h>
+#include <ATen/ops/_linalg_eigh_meta_dispatch.h>
+#include <ATen/ops/_linalg_solve_ex_meta_dispatch.h>
+#include <ATen/ops/addmv_meta_dispatch.h>
+#include <ATen/ops/adaptive_max_pool2d_meta_dispatch.h>
+#include <ATen/ops/heaviside_meta_dispatch.h>
+#include <ATen/ops/leaky_relu_backward_meta_dispatch.h>
+#include <ATen/ops/linalg_qr_meta_dispatch.h>
+#include <ATen/ops/renorm_meta_dispatch.h>
+#include <ATen/ops/replication_pad2d_meta_dispatch.h>
 #include <ATen/ops/acos_meta_dispatch.h>
 #include <ATen/ops/acosh_meta_dispatch.h>
 #include <ATen/ops/asin_meta_dispatch.h>
@@ -735,6 +744,170 @@ at::Tensor& indexFillMeta(at::Tensor& self, int64_t dim, const at::Tensor& index
   return self;
 }
 
+// Vision, signal and metric operators, and activations of common models
+// (same contract as above): the shapes the CPU kernels resize their results
+// to, contiguous, for the inputs those kernels accept without question.
+
+// hardtanh (ReLU6 is one): empty_like(self), then clamp into it.
+at::Tensor hardtanhMeta(const at::Tensor& self, const at::Scalar& min_val,
+                        const at::Scalar& max_val) {
+  require(floating(self));
+  return emptyPreserving(self);
+}
+
+at::Tensor logitMeta(const at::Tensor& self, std::optional<double> eps) {
+  require(floating(self));
+  at::Tensor out;
+  return at::TensorIterator::unary_float_op(out, self).output();
+}
+
+at::Tensor dotMeta(const at::Tensor& self, const at::Tensor& other) {
+  require((floating(self) || self.is_complex()) && sameDtype(other, self) && self.dim() == 1 &&
+          other.dim() == 1 && self.numel() == other.numel());
+  return at::empty({}, self.options());
+}
+
+// (self != 0).sum(dims): a reduction's contiguous result.
+at::Tensor countNonzeroMeta(const at::Tensor& self, at::IntArrayRef dims) {
+  require(self.layout() == at::kStrided);
+  return at::empty(reducedSizes(self, dims, /*keepdim=*/false), self.options().dtype(at::kLong));
+}
+
+at::Tensor histcMeta(const at::Tensor& self, int64_t bins, const at::Scalar& min,
+                     const at::Scalar& max) {
+  // min == max takes the range from the data (computed on the device); the
+  // CPU kernel checks that range, so it stays there.
+  const double lo = min.toDouble(), hi = max.toDouble();
+  require(floating(self) && bins > 0 && std::isfinite(lo) && std::isfinite(hi) && lo < hi);
+  return at::empty({bins}, self.options());
+}
+
+at::Tensor searchsortedMeta(const at::Tensor& sorted_sequence, const at::Tensor& self,
+                            bool out_int32, bool right, std::optional<c10::string_view> side,
+                            const std::optional<at::Tensor>& sorter) {
+  const auto type = self.scalar_type();
+  const int64_t n = sorted_sequence.dim();
+  require(!(sorter && sorter->defined()) && sameDtype(sorted_sequence, self) &&
+          (at::isFloatingType(type) || at::isIntegralType(type, /*includeBool=*/false)) &&
+          !self.is_complex() && n >= 1 &&
+          (!side || *side == (right ? "right" : "left")) &&
+          (n == 1 || (self.dim() == n &&
+                      sorted_sequence.sizes().slice(0, n - 1) == self.sizes().slice(0, n - 1))));
+  return at::empty(self.sizes(), self.options().dtype(out_int32 ? at::kInt : at::kLong));
+}
+
+// reflection_pad2d: non-negative padding, less than the padded dimension;
+// contiguous input (the result's layout then is contiguous too).
+at::Tensor reflectionPad2dMeta(const at::Tensor& self, c10::SymIntArrayRef padding_) {
+  require(padding_.size() == 4 && (floating(self) || self.is_complex()) &&
+          (self.dim() == 3 || self.dim() == 4) && self.is_contiguous());
+  const auto padding = convParam(padding_, 4);
+  for (int64_t d = 0; d < self.dim(); ++d) require(self.size(d) > 0);
+  const int64_t h = self.size(-2), w = self.size(-1);
+  for (int i = 0; i < 4; ++i) require(padding[i] >= 0 && padding[i] < (i < 2 ? w : h));
+  auto sizes = self.sizes().vec();
+  sizes[self.dim() - 2] = h + padding[2] + padding[3];
+  sizes[self.dim() - 1] = w + padding[0] + padding[1];
+  return at::empty(sizes, self.options());
+}
+
+// nn.Unfold / nn.Fold: (N, C*kh*kw, L) blocks and back, contiguous; a 3-D
+// (2-D for col2im) input is an unbatched one.
+struct BlockGeometry {
+  int64_t kh, kw, dh, dw, ph, pw, sh, sw;
+  // How many blocks fit along a dimension of `size`.
+  int64_t blocks(int64_t size, int64_t k, int64_t d, int64_t pad, int64_t stride) const {
+    return (size + 2 * pad - (d * (k - 1) + 1)) / stride + 1;
+  }
+};
+
+BlockGeometry blockGeometry(at::IntArrayRef kernel_size, at::IntArrayRef dilation,
+                            at::IntArrayRef padding, at::IntArrayRef stride) {
+  require(kernel_size.size() == 2 && dilation.size() == 2 && padding.size() == 2 &&
+          stride.size() == 2);
+  BlockGeometry g{kernel_size[0], kernel_size[1], dilation[0], dilation[1],
+                  padding[0],     padding[1],     stride[0],   stride[1]};
+  require(g.kh > 0 && g.kw > 0 && g.dh > 0 && g.dw > 0 && g.ph >= 0 && g.pw >= 0 && g.sh > 0 &&
+          g.sw > 0);
+  return g;
+}
+
+at::Tensor im2colMeta(const at::Tensor& self, at::IntArrayRef kernel_size,
+                      at::IntArrayRef dilation, at::IntArrayRef padding, at::IntArrayRef stride) {
+  const auto g = blockGeometry(kernel_size, dilation, padding, stride);
+  require((floating(self) || self.is_complex()) && (self.dim() == 3 || self.dim() == 4));
+  for (int64_t d = 0; d < self.dim(); ++d) require(self.size(d) > 0);
+  const int64_t oh = g.blocks(self.size(-2), g.kh, g.dh, g.ph, g.sh);
+  const int64_t ow = g.blocks(self.size(-1), g.kw, g.dw, g.pw, g.sw);
+  require(oh >= 1 && ow >= 1);
+  const int64_t planes = self.size(-3) * g.kh * g.kw;
+  if (self.dim() == 3) return at::empty({planes, oh * ow}, self.options());
+  return at::empty({self.size(0), planes, oh * ow}, self.options());
+}
+
+at::Tensor col2imMeta(const at::Tensor& self, c10::SymIntArrayRef output_size_,
+                      at::IntArrayRef kernel_size, at::IntArrayRef dilation,
+                      at::IntArrayRef padding, at::IntArrayRef stride) {
+  const auto g = blockGeometry(kernel_size, dilation, padding, stride);
+  require(output_size_.size() == 2);
+  const auto output_size = convParam(output_size_, 2);
+  require((floating(self) || self.is_complex()) && (self.dim() == 2 || self.dim() == 3) &&
+          output_size[0] > 0 && output_size[1] > 0);
+  for (int64_t d = 0; d < self.dim(); ++d) require(self.size(d) > 0);
+  const int64_t bh = g.blocks(output_size[0], g.kh, g.dh, g.ph, g.sh);
+  const int64_t bw = g.blocks(output_size[1], g.kw, g.dw, g.pw, g.sw);
+  require(self.size(-2) % (g.kh * g.kw) == 0 && bh >= 1 && bw >= 1 &&
+          self.size(-1) == bh * bw);
+  const int64_t channels = self.size(-2) / (g.kh * g.kw);
+  if (self.dim() == 2) return at::empty({channels, output_size[0], output_size[1]}, self.options());
+  return at::empty({self.size(0), channels, output_size[0], output_size[1]}, self.options());
+}
+
+// Structured operators whose CPU kernels take fewer dtypes than their meta
+// functions: ATen's meta, for the dtypes the kernel has.
+at::Tensor& addmvOutMeta(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
+                         const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  require(floating(mat) || mat.is_complex());
+  return at::meta::addmv_outf(self, mat, vec, beta, alpha, out);
+}
+at::Tensor& renormOutMeta(const at::Tensor& self, const at::Scalar& p, int64_t dim,
+                          const at::Scalar& maxnorm, at::Tensor& out) {
+  require(floating(self));
+  return at::meta::renorm_outf(self, p, dim, maxnorm, out);
+}
+at::Tensor& leakyReluBackwardOutMeta(const at::Tensor& grad_output, const at::Tensor& self,
+                                     const at::Scalar& negative_slope, bool self_is_result,
+                                     at::Tensor& grad_input) {
+  require(floating(self));
+  return at::meta::leaky_relu_backward_outf(grad_output, self, negative_slope, self_is_result,
+                                            grad_input);
+}
+at::Tensor& replicationPad2dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
+                                    at::Tensor& out) {
+  // ATen's meta sizes the result contiguous, but the CPU kernel restrides it
+  // to a channels-last input's format, even an out= tensor of the right size
+  // (a kernel writing through a contiguous device tensor's view would scramble
+  // it): those take the synchronous path, which copies the result over.
+  require((floating(self) || self.is_complex()) &&
+          (self.dim() != 4 || self.suggest_memory_format() == c10::MemoryFormat::Contiguous));
+  return at::meta::replication_pad2d_symint_outf(self, padding, out);
+}
+std::tuple<at::Tensor&, at::Tensor&> adaptiveMaxPool2dOutMeta(const at::Tensor& self,
+                                                              at::IntArrayRef output_size,
+                                                              at::Tensor& out,
+                                                              at::Tensor& indices) {
+  require(floating(self));
+  return at::meta::adaptive_max_pool2d_outf(self, output_size, out, indices);
+}
+// linalg.solve checks `info` itself (a synchronisation, as CUDA's); asked of
+// the kernel, the check would fail the stream instead of raising at the call.
+std::tuple<at::Tensor&, at::Tensor&, at::Tensor&, at::Tensor&> linalgSolveExOutMeta(
+    const at::Tensor& A, const at::Tensor& B, bool left, bool check_errors, at::Tensor& result,
+    at::Tensor& LU, at::Tensor& pivots, at::Tensor& info) {
+  require(!check_errors);
+  return at::meta::_linalg_solve_ex_outf(A, B, left, check_errors, result, LU, pivots, info);
+}
+
 struct MetaKernel {
   c10::KernelFunction kernel;
   c10::FunctionSchema signature;  // inferred from the C++ function, checked against the op's
@@ -816,6 +989,27 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_OWN_META("aten::huber_loss", huberLossMeta),
       OPENREG_OWN_META("aten::huber_loss_backward.out", huberLossBackwardOutMeta),
       OPENREG_OWN_META("aten::index_fill_.int_Scalar", indexFillMeta),
+      OPENREG_OWN_META("aten::hardtanh", hardtanhMeta),
+      OPENREG_OWN_META("aten::logit", logitMeta),
+      OPENREG_OWN_META("aten::dot", dotMeta),
+      OPENREG_OWN_META("aten::count_nonzero.dim_IntList", countNonzeroMeta),
+      OPENREG_OWN_META("aten::histc", histcMeta),
+      OPENREG_OWN_META("aten::searchsorted.Tensor", searchsortedMeta),
+      OPENREG_OWN_META("aten::reflection_pad2d", reflectionPad2dMeta),
+      OPENREG_OWN_META("aten::im2col", im2colMeta),
+      OPENREG_OWN_META("aten::col2im", col2imMeta),
+      OPENREG_OWN_META("aten::addmv.out", addmvOutMeta),
+      OPENREG_OWN_META("aten::renorm.out", renormOutMeta),
+      OPENREG_OWN_META("aten::leaky_relu_backward.grad_input", leakyReluBackwardOutMeta),
+      OPENREG_OWN_META("aten::replication_pad2d.out", replicationPad2dOutMeta),
+      OPENREG_OWN_META("aten::adaptive_max_pool2d.out", adaptiveMaxPool2dOutMeta),
+      OPENREG_OWN_META("aten::_linalg_solve_ex.result", linalgSolveExOutMeta),
+      OPENREG_BINARY_META(heaviside),
+      OPENREG_META("aten::linalg_qr.out", linalg_qr_outf,
+                   std::tuple<Tensor&, Tensor&>(const Tensor&, c10::string_view, Tensor&, Tensor&)),
+      OPENREG_META("aten::_linalg_eigh.eigenvalues", _linalg_eigh_outf,
+                   std::tuple<Tensor&, Tensor&>(const Tensor&, c10::string_view, bool, Tensor&,
+                       Tensor&)),
       OPENREG_META("aten::normal_", normal_,
                    Tensor&(Tensor&, double, double, std::optional<at::Generator>)),
       OPENREG_META("aten::sort.stable", sort,

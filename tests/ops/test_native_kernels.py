@@ -4,6 +4,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float64]
 
@@ -234,6 +235,10 @@ def act_grads(t):
     loss = F.huber_loss(F.prelu(F.hardswish(p), w), t.roll(1), delta=0.5)
     loss.backward()
     return torch.cat([loss.detach().view(1), p.grad.flatten(), w.grad])
+def leaky_grad(t):
+    p = t.clone().requires_grad_()
+    F.leaky_relu(p, 0.2).sum().backward()
+    return p.grad
 def max_pool_grad(t):
     p = t.view(1, 1, 6, 6).clone().requires_grad_()
     F.max_pool2d(p, 2).sum().backward()
@@ -280,6 +285,22 @@ ops = {
     "sqrt(out=), x[i] = v, where(out=)": lambda t: torch.where(
         t > 0, t.index_put((torch.tensor([1], device=t.device),), torch.tensor(2.0, device=t.device)),
         torch.sqrt(t.abs(), out=torch.empty(0, device=t.device)), out=torch.empty(0, device=t.device)),
+    "hardtanh, relu6, logit, dot, count_nonzero, heaviside": lambda t: torch.cat([
+        F.hardtanh(t, -0.5, 0.5).flatten(), F.relu6(t * 4).flatten(), torch.logit(t.sigmoid()).flatten(),
+        torch.dot(t[0], t[1]).view(1), torch.count_nonzero(t > 0, dim=0).float(),
+        torch.heaviside(t[0], t[1])]),
+    "histc, searchsorted": lambda t: torch.cat([torch.histc(t, bins=4, min=-1, max=1),
+                                               torch.searchsorted(t[0].sort()[0], t[1:]).flatten().float()]),
+    "reflect and replicate pads, unfold, fold": lambda t: torch.cat([
+        F.pad(t.view(1, 1, 6, 6), (1, 2, 2, 1), mode="reflect").flatten(),
+        F.pad(t.view(1, 1, 6, 6), (1, 2, 2, 1), mode="replicate").flatten(),
+        F.fold(F.unfold(t.view(1, 1, 6, 6), 2, stride=2), (6, 6), 2, stride=2).flatten()]),
+    "addmv, renorm, leaky_relu backward, adaptive_max_pool2d": lambda t: torch.cat([
+        torch.addmv(t[0], t, t[1]), t.renorm(2, 0, 1.0).flatten(), leaky_grad(t).flatten(),
+        F.adaptive_max_pool2d(t.view(1, 1, 6, 6), 2, return_indices=True)[1].flatten().float()]),
+    "linalg solve, qr, eigh": lambda t: torch.cat([
+        torch.linalg.solve(t @ t.mT + torch.eye(6, device=t.device), t).flatten(),
+        *[r.flatten() for r in torch.linalg.qr(t)], torch.linalg.eigh(t @ t.mT)[0]]),
 }
 for name, f in ops.items():
     got, want = f(x).cpu(), f(c)
@@ -298,6 +319,18 @@ def test_common_fallback_ops_infer_outputs_without_python_meta_kernels():
     # or openreg's own (csrc/aten/MetaFunctions.cpp). Results as the CPU's, in
     # a fresh process.
     assert modules_imported_by(_CPP_META_OPS) == "[]"
+
+
+def test_replication_pad_of_a_channels_last_input_gives_the_cpus_values():
+    # The CPU kernel lays its result out as its channels-last input, even an
+    # out= tensor of the right size; a kernel writing through a contiguous
+    # device tensor would scramble it (such calls take the synchronous path).
+    x = torch.randn(2, 3, 6, 5).contiguous(memory_format=torch.channels_last)
+    want = F.pad(x, (1, 2, 2, 1), mode="replicate")
+    got = F.pad(x.to("openreg"), (1, 2, 2, 1), mode="replicate")
+    out = torch.empty(2, 3, 9, 8, device="openreg")
+    torch.ops.aten.replication_pad2d.out(x.to("openreg"), [1, 2, 2, 1], out=out)
+    assert torch.equal(got.cpu(), want) and torch.equal(out.cpu(), want)
 
 
 def modules_imported_by(script):
