@@ -66,7 +66,9 @@
 #include <ATen/ops/leaky_relu_backward_meta_dispatch.h>
 #include <ATen/ops/linalg_qr_meta_dispatch.h>
 #include <ATen/ops/renorm_meta_dispatch.h>
+#include <ATen/ops/reflection_pad3d_meta_dispatch.h>
 #include <ATen/ops/replication_pad2d_meta_dispatch.h>
+#include <ATen/ops/replication_pad3d_meta_dispatch.h>
 #include <ATen/ops/acos_meta_dispatch.h>
 #include <ATen/ops/acosh_meta_dispatch.h>
 #include <ATen/ops/asin_meta_dispatch.h>
@@ -811,6 +813,16 @@ at::Tensor reflectionPad2dMeta(const at::Tensor& self, c10::SymIntArrayRef paddi
   return at::empty(sizes, self.options());
 }
 
+// The CPU kernel also restrides a channels-last input's out= to its format
+// (see paddedInPlainFormat below); reflectionPad2dMeta takes contiguous inputs only.
+at::Tensor& reflectionPad2dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
+                                   at::Tensor& out) {
+  const at::Tensor result = reflectionPad2dMeta(self, padding);
+  require(sameDtype(out, self));
+  at::native::resize_output(out, result.sizes());
+  return out;
+}
+
 // nn.Unfold / nn.Fold: (N, C*kh*kw, L) blocks and back, contiguous; a 3-D
 // (2-D for col2im) input is an unbatched one.
 struct BlockGeometry {
@@ -882,15 +894,29 @@ at::Tensor& leakyReluBackwardOutMeta(const at::Tensor& grad_output, const at::Te
   return at::meta::leaky_relu_backward_outf(grad_output, self, negative_slope, self_is_result,
                                             grad_input);
 }
+// Replication and 3-D reflection padding: ATen's meta sizes the result
+// contiguous, but the CPU kernel restrides it to a channels-last input's
+// format, even an out= tensor of the right size (a kernel writing through a
+// contiguous device tensor's view would scramble it): those inputs take the
+// synchronous path, which copies the result over.
+bool paddedInPlainFormat(const at::Tensor& self) {
+  return (floating(self) || self.is_complex()) &&
+         (self.dim() < 4 || self.suggest_memory_format() == c10::MemoryFormat::Contiguous);
+}
 at::Tensor& replicationPad2dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
                                     at::Tensor& out) {
-  // ATen's meta sizes the result contiguous, but the CPU kernel restrides it
-  // to a channels-last input's format, even an out= tensor of the right size
-  // (a kernel writing through a contiguous device tensor's view would scramble
-  // it): those take the synchronous path, which copies the result over.
-  require((floating(self) || self.is_complex()) &&
-          (self.dim() != 4 || self.suggest_memory_format() == c10::MemoryFormat::Contiguous));
+  require(paddedInPlainFormat(self));
   return at::meta::replication_pad2d_symint_outf(self, padding, out);
+}
+at::Tensor& replicationPad3dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
+                                    at::Tensor& out) {
+  require(paddedInPlainFormat(self));
+  return at::meta::replication_pad3d_symint_outf(self, padding, out);
+}
+at::Tensor& reflectionPad3dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
+                                   at::Tensor& out) {
+  require(paddedInPlainFormat(self));
+  return at::meta::reflection_pad3d_symint_outf(self, padding, out);
 }
 std::tuple<at::Tensor&, at::Tensor&> adaptiveMaxPool2dOutMeta(const at::Tensor& self,
                                                               at::IntArrayRef output_size,
@@ -996,12 +1022,15 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_OWN_META("aten::histc", histcMeta),
       OPENREG_OWN_META("aten::searchsorted.Tensor", searchsortedMeta),
       OPENREG_OWN_META("aten::reflection_pad2d", reflectionPad2dMeta),
+      OPENREG_OWN_META("aten::reflection_pad2d.out", reflectionPad2dOutMeta),
       OPENREG_OWN_META("aten::im2col", im2colMeta),
       OPENREG_OWN_META("aten::col2im", col2imMeta),
       OPENREG_OWN_META("aten::addmv.out", addmvOutMeta),
       OPENREG_OWN_META("aten::renorm.out", renormOutMeta),
       OPENREG_OWN_META("aten::leaky_relu_backward.grad_input", leakyReluBackwardOutMeta),
       OPENREG_OWN_META("aten::replication_pad2d.out", replicationPad2dOutMeta),
+      OPENREG_OWN_META("aten::replication_pad3d.out", replicationPad3dOutMeta),
+      OPENREG_OWN_META("aten::reflection_pad3d.out", reflectionPad3dOutMeta),
       OPENREG_OWN_META("aten::adaptive_max_pool2d.out", adaptiveMaxPool2dOutMeta),
       OPENREG_OWN_META("aten::_linalg_solve_ex.result", linalgSolveExOutMeta),
       OPENREG_BINARY_META(heaviside),

@@ -321,16 +321,21 @@ def test_common_fallback_ops_infer_outputs_without_python_meta_kernels():
     assert modules_imported_by(_CPP_META_OPS) == "[]"
 
 
-def test_replication_pad_of_a_channels_last_input_gives_the_cpus_values():
+@pytest.mark.parametrize("mode", ["replicate", "reflect"])
+@pytest.mark.parametrize("dims", [2, 3])
+def test_padding_a_channels_last_input_gives_the_cpus_values(mode, dims):
     # The CPU kernel lays its result out as its channels-last input, even an
     # out= tensor of the right size; a kernel writing through a contiguous
     # device tensor would scramble it (such calls take the synchronous path).
-    x = torch.randn(2, 3, 6, 5).contiguous(memory_format=torch.channels_last)
-    want = F.pad(x, (1, 2, 2, 1), mode="replicate")
-    got = F.pad(x.to("openreg"), (1, 2, 2, 1), mode="replicate")
-    out = torch.empty(2, 3, 9, 8, device="openreg")
-    torch.ops.aten.replication_pad2d.out(x.to("openreg"), [1, 2, 2, 1], out=out)
-    assert torch.equal(got.cpu(), want) and torch.equal(out.cpu(), want)
+    fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
+    x = torch.randn((2, 3) + (4,) * dims).contiguous(memory_format=fmt)
+    pad = [1, 2] * dims
+    want = F.pad(x, pad, mode=mode)
+    assert torch.equal(F.pad(x.to("openreg"), pad, mode=mode).cpu(), want)
+    op = getattr(torch.ops.aten, f"{'replication' if mode == 'replicate' else 'reflection'}_pad{dims}d")
+    out = torch.empty(want.shape, device="openreg")
+    op.out(x.to("openreg"), pad, out=out)
+    assert torch.equal(out.cpu(), want)
 
 
 def modules_imported_by(script):
