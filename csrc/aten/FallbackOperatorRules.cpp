@@ -135,11 +135,20 @@ void embeddingBagResultsAsTheCpus(const c10::OperatorHandle& op, SyncOnlyOps::Re
   const int64_t indices = args[1].toTensor().numel();
   const int64_t offsets = args[2].toTensor().size(0);
   const int64_t bags = includeLast ? offsets - 1 : offsets;
-  const int64_t dim = args[0].toTensor().size(1);
+  const at::Tensor& weight = args[0].toTensor();
+  const int64_t dim = weight.size(1);
+  // The CPU's fast path (sum over float, half or bfloat16 rows read with unit
+  // stride, no padding index) fills no offset2bag.
+  const auto type = weight.scalar_type();
+  const IValue& psw = args[6];
+  const bool fastPath = mode == 0 && paddingIdx < 0 &&
+                        (type == at::kFloat || type == at::kHalf || type == at::kBFloat16) &&
+                        weight.stride(1) == 1 &&
+                        (psw.isNone() || !psw.toTensor().defined() || psw.toTensor().stride(0) == 1);
   auto resize = [&](size_t i, std::vector<int64_t> sizes) {
     meta_stack[i] = at::empty(sizes, meta_stack[i].toTensor().options());
   };
-  resize(1, {mode == 0 && paddingIdx < 0 ? 0 : indices});  // offset2bag
+  resize(1, {fastPath ? 0 : indices});  // offset2bag
   resize(2, {forwardOnly && mode == 0 ? offsets : bags});     // bag_size
   if (mode == 2) resize(3, {bags, dim});                      // max_indices
   else resize(3, {forwardOnly && mode == 0 ? offsets : bags});

@@ -417,20 +417,26 @@ def test_out_dtype_of_an_operator_registered_after_the_first_out_call():
     torch.testing.assert_close(result.cpu(), x.cpu() * 2)
 
 
+@pytest.mark.parametrize("weight", ["float32", "float64", "strided float32"])
 @pytest.mark.parametrize("forward_only", [False, True])
-def test_embedding_bag_results_have_the_cpus_shapes_for_every_mode_and_flag(forward_only):
+def test_embedding_bag_results_have_the_cpus_shapes_for_every_mode_and_flag(forward_only, weight):
     # Meta sizes offset2bag / bag_size / max_indices unlike the CPU kernel; the
     # fallback gives each result the CPU's shape (Fallback.cpp,
-    # embeddingBagResultsAsTheCpus) and runs the op as a kernel.
+    # embeddingBagResultsAsTheCpus) and runs the op as a kernel. (A float64 or
+    # column-strided weight takes the CPU's slow path, which fills offset2bag:
+    # a kernel failure that broke the stream before.)
     import itertools
 
     op = torch.ops.aten._embedding_bag_forward_only if forward_only else torch.ops.aten._embedding_bag
-    w, idx, offsets = torch.randn(10, 3), torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4, 6])
+    w = torch.randn(10, 3, dtype=torch.float64 if weight == "float64" else torch.float32)
+    if weight.startswith("strided"):
+        w = w.t().contiguous().t()
+    idx, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4, 6])
     for mode, weighted, last, scale, pad in itertools.product((0, 1, 2), (False, True), (False, True),
                                                               (False, True), (-1, 2)):
         if weighted and mode != 0:
             continue
-        psw = torch.rand(8) if weighted else None
+        psw = torch.rand(8, dtype=w.dtype) if weighted else None
         want = op(w, idx, offsets, scale, mode, False, psw, last, pad)
         got = op(w.to("openreg"), idx.to("openreg"), offsets.to("openreg"), scale, mode, False,
                  None if psw is None else psw.to("openreg"), last, pad)
@@ -439,6 +445,7 @@ def test_embedding_bag_results_have_the_cpus_shapes_for_every_mode_and_flag(forw
             assert (a.shape, a.dtype) == (b.shape, b.dtype), (case, k)
         torch.testing.assert_close(got[0].cpu(), want[0], msg=str(case))
         torch.testing.assert_close(got[2].cpu(), want[2], msg=str(case))
+        torch.openreg.synchronize()  # the stream still works
 
 
 def _assert_results_as_the_cpus(calls):
