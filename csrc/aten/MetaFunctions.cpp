@@ -4,6 +4,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/OpMathType.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/WrapDimUtils.h>
 #include <ATen/core/Reduction.h>
@@ -875,6 +876,79 @@ at::Tensor col2imMeta(const at::Tensor& self, c10::SymIntArrayRef output_size_,
   return at::empty({self.size(0), channels, output_size[0], output_size[1]}, self.options());
 }
 
+// smooth_l1_loss_backward is composite as huber_loss_backward is: zeros_like(self)
+// into this out= form, which checks as mse_loss's backward.
+at::Tensor& smoothL1LossBackwardOutMeta(const at::Tensor& grad_output, const at::Tensor& self,
+                                        const at::Tensor& target, int64_t reduction, double beta,
+                                        at::Tensor& grad_input) {
+  require(beta > 0);
+  return huberLossBackwardOutMeta(grad_output, self, target, reduction, beta, grad_input);
+}
+
+// nll_loss for images: (N, C, H, W) scores, (N, H, W) class indices.
+std::tuple<at::Tensor, at::Tensor> nllLoss2dForwardMeta(const at::Tensor& self,
+                                                        const at::Tensor& target,
+                                                        const std::optional<at::Tensor>& weight,
+                                                        int64_t reduction, c10::SymInt ignore_index) {
+  const at::Tensor w = weight.value_or(at::Tensor());
+  require(floating(self) && self.dim() == 4 && target.scalar_type() == at::kLong &&
+          target.dim() == 3 && target.size(0) == self.size(0) &&
+          target.size(1) == self.size(2) && target.size(2) == self.size(3) &&
+          (!w.defined() || (sameDtype(w, self) && w.numel() == self.size(1))) &&
+          reduction >= at::Reduction::None && reduction <= at::Reduction::Sum);
+  at::Tensor output = reduction == at::Reduction::None ? at::empty(target.sizes(), self.options())
+                                                       : at::empty({}, self.options());
+  return {output, at::empty({}, self.options())};
+}
+
+// torch._weight_norm's fused kernel (first or last dimension): w contiguous,
+// the norms laid out as g, in float for a reduced-precision v.
+std::tuple<at::Tensor, at::Tensor> weightNormInterfaceMeta(const at::Tensor& v,
+                                                           const at::Tensor& g, int64_t dim) {
+  require(floating(v) && sameDtype(g, v) && v.dim() >= 1 && (dim == 0 || dim == v.dim() - 1) &&
+          g.dim() == v.dim() && g.size(dim) == v.size(dim) && g.numel() == v.size(dim));
+  const auto normType = at::toOpMathType(v.scalar_type());
+  return {at::empty(v.sizes(), v.options()),
+          at::empty_strided(g.sizes(), g.strides(), g.options().dtype(normType))};
+}
+
+// F.grid_sample: (N, C, H_in, W_in) sampled at (N, H_out, W_out, 2) points.
+at::Tensor gridSampler2dMeta(const at::Tensor& input, const at::Tensor& grid,
+                             int64_t interpolation_mode, int64_t padding_mode, bool align_corners) {
+  require(floating(input) && sameDtype(grid, input) && input.dim() == 4 && grid.dim() == 4 &&
+          grid.size(3) == 2 && grid.size(0) == input.size(0) && input.size(2) > 0 &&
+          input.size(3) > 0 && interpolation_mode >= 0 && interpolation_mode <= 2 &&
+          padding_mode >= 0 && padding_mode <= 2);
+  return at::empty({input.size(0), input.size(1), grid.size(1), grid.size(2)}, input.options());
+}
+
+// torch.polar's functional form is composite: an empty complex result into this.
+at::Tensor& polarOutMeta(const at::Tensor& abs, const at::Tensor& angle, at::Tensor& out) {
+  const auto type = abs.scalar_type();
+  require((type == at::kFloat || type == at::kDouble) && sameDtype(angle, abs) &&
+          out.scalar_type() == c10::toComplexType(type) &&
+          at::has_internal_overlap(out) == at::MemOverlap::No);
+  at::TensorIteratorConfig()
+      .add_output(out)
+      .add_const_input(abs)
+      .add_const_input(angle)
+      .check_all_same_dtype(false)
+      .build();
+  return out;
+}
+
+// torch.cdist: batch dimensions broadcast, then (r1, r2) distances.
+at::Tensor cdistForwardMeta(const at::Tensor& x1, const at::Tensor& x2, double p,
+                            std::optional<int64_t> compute_mode) {
+  require(floating(x1) && x1.scalar_type() != at::kHalf && x1.scalar_type() != at::kBFloat16 &&
+          sameDtype(x2, x1) && x1.dim() >= 2 && x2.dim() >= 2 && x1.size(-1) == x2.size(-1) &&
+          p >= 0 && (!compute_mode || (*compute_mode >= 0 && *compute_mode <= 2)));
+  auto sizes = at::infer_size(x1.sizes().slice(0, x1.dim() - 2), x2.sizes().slice(0, x2.dim() - 2));
+  sizes.push_back(x1.size(-2));
+  sizes.push_back(x2.size(-2));
+  return at::empty(sizes, x1.options());
+}
+
 // Structured operators whose CPU kernels take fewer dtypes than their meta
 // functions: ATen's meta, for the dtypes the kernel has.
 at::Tensor& addmvOutMeta(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
@@ -1026,6 +1100,12 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_OWN_META("aten::im2col", im2colMeta),
       OPENREG_OWN_META("aten::col2im", col2imMeta),
       OPENREG_OWN_META("aten::addmv.out", addmvOutMeta),
+      OPENREG_OWN_META("aten::smooth_l1_loss_backward.grad_input", smoothL1LossBackwardOutMeta),
+      OPENREG_OWN_META("aten::nll_loss2d_forward", nllLoss2dForwardMeta),
+      OPENREG_OWN_META("aten::_weight_norm_interface", weightNormInterfaceMeta),
+      OPENREG_OWN_META("aten::grid_sampler_2d", gridSampler2dMeta),
+      OPENREG_OWN_META("aten::polar.out", polarOutMeta),
+      OPENREG_OWN_META("aten::_cdist_forward", cdistForwardMeta),
       OPENREG_OWN_META("aten::renorm.out", renormOutMeta),
       OPENREG_OWN_META("aten::leaky_relu_backward.grad_input", leakyReluBackwardOutMeta),
       OPENREG_OWN_META("aten::replication_pad2d.out", replicationPad2dOutMeta),

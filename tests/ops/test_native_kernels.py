@@ -239,6 +239,10 @@ def leaky_grad(t):
     p = t.clone().requires_grad_()
     F.leaky_relu(p, 0.2).sum().backward()
     return p.grad
+def smooth_l1_grad(t):
+    p = t.clone().requires_grad_()
+    F.smooth_l1_loss(p, t.roll(1), beta=0.5).backward()
+    return p.grad
 def max_pool_grad(t):
     p = t.view(1, 1, 6, 6).clone().requires_grad_()
     F.max_pool2d(p, 2).sum().backward()
@@ -301,6 +305,12 @@ ops = {
     "linalg solve, qr, eigh": lambda t: torch.cat([
         torch.linalg.solve(t @ t.mT + torch.eye(6, device=t.device), t).flatten(),
         *[r.flatten() for r in torch.linalg.qr(t)], torch.linalg.eigh(t @ t.mT)[0]]),
+    "nll_loss 2-D, smooth_l1_loss backward, weight norm": lambda t: torch.cat([
+        F.nll_loss(t.view(1, 4, 3, 3), (t[0, :3].abs() * 2).long().clamp(max=3).view(1, 1, 3).expand(1, 3, 3)).view(1),
+        smooth_l1_grad(t).flatten(), torch._weight_norm(t, t.norm(dim=1, keepdim=True), 0).flatten()]),
+    "grid_sample, polar, cdist": lambda t: torch.cat([
+        F.grid_sample(t.view(1, 1, 6, 6), t[:2].reshape(1, 2, 3, 2).tanh(), align_corners=False).flatten(),
+        torch.view_as_real(torch.polar(t.abs(), t)).flatten(), torch.cdist(t, t[:2]).flatten()]),
 }
 for name, f in ops.items():
     got, want = f(x).cpu(), f(c)
