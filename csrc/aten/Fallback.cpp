@@ -996,6 +996,7 @@ bool tryRunAsynchronously(const c10::OperatorHandle& op, torch::jit::Stack* stac
       if (!batchNormAgreesWithMeta(schema, args)) return false;
       break;
     case SyncOnlyOps::Reason::kEmbeddingBag:  // embeddingBagResultsAsTheCpus
+      if (!embeddingBagArgumentsPassTheCpusChecks(args)) return false;
       break;
     case SyncOnlyOps::Reason::kChecks:
       if (!orStreamIsCapturing(rawStream(getCurrentStream(device.index())))) return false;

@@ -36,6 +36,9 @@ SyncOnlyOps::SyncOnlyOps() {
            // OpInfo's error_inputs (tests/ops/test_error_inputs.py).
            "aten::kthvalue", "aten::take", "aten::masked_scatter", "aten::masked_scatter_",
            "aten::bucketize", "aten::aminmax", "aten::complex",
+           // The CPU kernel checks its result (no convergence, a NaN input)
+           // and raises, as CUDA's synchronises to: at the call.
+           "aten::_linalg_eigh",
        })
     names_[name] = Reason::kChecks;
 }
@@ -77,6 +80,24 @@ bool batchNormTraining(const c10::FunctionSchema& schema, const IValue* args) {
 // through the synchronous path). Other dtype mixes follow the CPU's own rules
 // and checks, and a reduced-precision batch norm without any parameter keeps
 // its statistics in the input's dtype (Meta: float32): synchronous path too.
+bool embeddingBagArgumentsPassTheCpusChecks(const IValue* args) {
+  // (weight, indices, offsets, scale_grad_by_freq, mode, sparse,
+  // per_sample_weights, ...): what the CPU kernel checks on the host besides
+  // what Meta does; anything else takes the synchronous path and its error.
+  const at::Tensor& weight = args[0].toTensor();
+  const at::Tensor& indices = args[1].toTensor();
+  const at::Tensor& offsets = args[2].toTensor();
+  const int64_t mode = args[4].toInt();
+  if (weight.dim() != 2 || indices.dim() != 1 || offsets.dim() != 1 ||
+      indices.scalar_type() != offsets.scalar_type() || mode < 0 || mode > 2)
+    return false;
+  const IValue& psw = args[6];
+  if (psw.isNone() || !psw.toTensor().defined()) return true;
+  const at::Tensor& weights = psw.toTensor();
+  return mode == 0 && weights.dim() == 1 && weights.numel() == indices.numel() &&
+         weights.scalar_type() == weight.scalar_type();
+}
+
 bool batchNormAgreesWithMeta(const c10::FunctionSchema& schema, const IValue* args) {
   if (!schema.overload_name().empty() && schema.overload_name() != "no_stats") return false;  // out=
   const at::Tensor& input = args[0].toTensor();

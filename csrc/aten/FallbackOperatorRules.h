@@ -63,6 +63,12 @@ SyncOnlyOps& syncOnlyOps();
 // kernel returns them, so that it may run asynchronously.
 bool batchNormAgreesWithMeta(const c10::FunctionSchema& schema, const c10::IValue* args);
 
+// Whether an embedding bag's arguments pass the CPU kernel's host-side checks
+// (index and offset ranks and dtypes, mode, per-sample weights), which Meta
+// skips: if not, it runs synchronously, so that the CPU's error is raised at
+// the call instead of failing the stream.
+bool embeddingBagArgumentsPassTheCpusChecks(const c10::IValue* args);
+
 // Meta's results of batch norm (forward and backward) and embedding bag,
 // replaced by tensors of the shapes and memory formats the CPU kernels return.
 void batchNormResultsAsTheCpus(const c10::OperatorHandle& op, SyncOnlyOps::Reason reason,

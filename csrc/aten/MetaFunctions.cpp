@@ -59,7 +59,6 @@
 #include <ATen/ops/sort_meta_dispatch.h>
 #include <ATen/ops/sum_meta_dispatch.h>
 #include <ATen/ops/topk_meta_dispatch.h>
-#include <ATen/ops/_linalg_eigh_meta_dispatch.h>
 #include <ATen/ops/_linalg_solve_ex_meta_dispatch.h>
 #include <ATen/ops/addmv_meta_dispatch.h>
 #include <ATen/ops/adaptive_max_pool2d_meta_dispatch.h>
@@ -819,7 +818,10 @@ at::Tensor reflectionPad2dMeta(const at::Tensor& self, c10::SymIntArrayRef paddi
 at::Tensor& reflectionPad2dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
                                    at::Tensor& out) {
   const at::Tensor result = reflectionPad2dMeta(self, padding);
-  require(sameDtype(out, self));
+  // The CPU kernel restrides an out= of the right size to contiguous: such
+  // an out that is not takes the synchronous path (a kernel writing through
+  // the device tensor's view would scramble it).
+  require(sameDtype(out, self) && (out.sizes() != result.sizes() || out.is_contiguous()));
   at::native::resize_output(out, result.sizes());
   return out;
 }
@@ -905,7 +907,8 @@ std::tuple<at::Tensor, at::Tensor> nllLoss2dForwardMeta(const at::Tensor& self,
 // the norms laid out as g, in float for a reduced-precision v.
 std::tuple<at::Tensor, at::Tensor> weightNormInterfaceMeta(const at::Tensor& v,
                                                            const at::Tensor& g, int64_t dim) {
-  require(floating(v) && sameDtype(g, v) && v.dim() >= 1 && (dim == 0 || dim == v.dim() - 1) &&
+  require(floating(v) && sameDtype(g, v) && g.is_contiguous() && v.dim() >= 1 &&
+          (dim == 0 || dim == v.dim() - 1) &&
           g.dim() == v.dim() && g.size(dim) == v.size(dim) && g.numel() == v.size(dim));
   const auto normType = at::toOpMathType(v.scalar_type());
   return {at::empty(v.sizes(), v.options()),
@@ -959,6 +962,7 @@ at::Tensor& addmvOutMeta(const at::Tensor& self, const at::Tensor& mat, const at
 at::Tensor& renormOutMeta(const at::Tensor& self, const at::Scalar& p, int64_t dim,
                           const at::Scalar& maxnorm, at::Tensor& out) {
   require(floating(self));
+  (void)at::maybe_wrap_dim(dim, self.dim());  // the CPU kernel's IndexError, at the call
   return at::meta::renorm_outf(self, p, dim, maxnorm, out);
 }
 at::Tensor& leakyReluBackwardOutMeta(const at::Tensor& grad_output, const at::Tensor& self,
@@ -980,17 +984,23 @@ bool paddedInPlainFormat(const at::Tensor& self) {
 at::Tensor& replicationPad2dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
                                     at::Tensor& out) {
   require(paddedInPlainFormat(self));
-  return at::meta::replication_pad2d_symint_outf(self, padding, out);
+  at::meta::replication_pad2d_symint_outf(self, padding, out);
+  require(out.is_contiguous());  // see reflectionPad2dOutMeta
+  return out;
 }
 at::Tensor& replicationPad3dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
                                     at::Tensor& out) {
   require(paddedInPlainFormat(self));
-  return at::meta::replication_pad3d_symint_outf(self, padding, out);
+  at::meta::replication_pad3d_symint_outf(self, padding, out);
+  require(out.is_contiguous());  // see reflectionPad2dOutMeta
+  return out;
 }
 at::Tensor& reflectionPad3dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
                                    at::Tensor& out) {
   require(paddedInPlainFormat(self));
-  return at::meta::reflection_pad3d_symint_outf(self, padding, out);
+  at::meta::reflection_pad3d_symint_outf(self, padding, out);
+  require(out.is_contiguous());  // see reflectionPad2dOutMeta
+  return out;
 }
 std::tuple<at::Tensor&, at::Tensor&> adaptiveMaxPool2dOutMeta(const at::Tensor& self,
                                                               at::IntArrayRef output_size,
@@ -1116,9 +1126,6 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_BINARY_META(heaviside),
       OPENREG_META("aten::linalg_qr.out", linalg_qr_outf,
                    std::tuple<Tensor&, Tensor&>(const Tensor&, c10::string_view, Tensor&, Tensor&)),
-      OPENREG_META("aten::_linalg_eigh.eigenvalues", _linalg_eigh_outf,
-                   std::tuple<Tensor&, Tensor&>(const Tensor&, c10::string_view, bool, Tensor&,
-                       Tensor&)),
       OPENREG_META("aten::normal_", normal_,
                    Tensor&(Tensor&, double, double, std::optional<at::Generator>)),
       OPENREG_META("aten::sort.stable", sort,

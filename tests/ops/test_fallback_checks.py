@@ -539,3 +539,29 @@ def test_complex_of_transposed_parts_is_laid_out_as_the_cpus(make):
     make(a.to("openreg"), b.to("openreg"), out=out)
     assert out.stride() == (3, 1)
     torch.testing.assert_close(out.cpu(), expected)
+
+
+_F = torch.nn.functional
+
+
+@pytest.mark.parametrize("name,error,call", [
+    # Checks the CPU kernels make on the host besides their Meta kernels'
+    # (found by review): each failed the stream instead of raising at the call.
+    ("renorm dim", IndexError, lambda d: torch.renorm(torch.ones(4, 5, device=d), 2, 5, 1.0)),
+    ("renorm_ dim", IndexError, lambda d: torch.ones(4, 5, device=d).renorm_(2, -3, 1.0)),
+    ("eigh of NaN", torch.linalg.LinAlgError,
+     lambda d: torch.linalg.eigh(torch.full((3, 3), float("nan"), device=d))),
+    ("eigvalsh of NaN", torch.linalg.LinAlgError,
+     lambda d: torch.linalg.eigvalsh(torch.full((3, 3), float("nan"), device=d))),
+    ("embedding_bag per-sample weights dtype", RuntimeError,
+     lambda d: _F.embedding_bag(torch.tensor([0, 1, 2], device=d), torch.ones(4, 2, device=d),
+                                torch.tensor([0], device=d), mode="sum",
+                                per_sample_weights=torch.ones(3, dtype=torch.float64, device=d))),
+    ("embedding_bag per-sample weights with max", NotImplementedError,
+     lambda d: _F.embedding_bag(torch.tensor([0, 1, 2], device=d), torch.ones(4, 2, device=d),
+                                torch.tensor([0], device=d), mode="max",
+                                per_sample_weights=torch.ones(3, device=d))),
+])
+def test_host_side_checks_of_cpu_kernels_raise_at_the_call(name, error, call):
+    _raises_as_on_the_cpu(error, call)
+    _stream_still_works()

@@ -348,6 +348,20 @@ def test_padding_a_channels_last_input_gives_the_cpus_values(mode, dims):
     assert torch.equal(out.cpu(), want)
 
 
+@pytest.mark.parametrize("mode", ["replicate", "reflect"])
+@pytest.mark.parametrize("dims", [2, 3])
+def test_padding_into_a_strided_out_gives_the_cpus_values(mode, dims):
+    # The CPU kernel restrides an out= of the right size to contiguous; the
+    # device tensor keeps its strides, and gets the values (synchronous path).
+    x = torch.randn((2, 3) + (4,) * dims)
+    pad = [1, 2] * dims
+    op = getattr(torch.ops.aten, f"{'replication' if mode == 'replicate' else 'reflection'}_pad{dims}d")
+    want = op(x, pad)
+    out = torch.empty(want.shape[:-2] + want.shape[-2:][::-1], device="openreg").transpose(-1, -2)
+    op.out(x.to("openreg"), pad, out=out)
+    assert torch.equal(out.cpu(), want)
+
+
 def modules_imported_by(script):
     """Runs `script` in a fresh process; what it printed (which of sympy and
     torch._dynamo it ended up importing)."""

@@ -300,15 +300,21 @@ def test_strided_views_with_many_runs_race_only_where_they_meet(sanitizer):
         x[:, 0].add_(1.0)  # s2's own column
         with pytest.raises(RuntimeError, match="data race"):
             x[:, 1:].add_(1.0)  # reaches s1's column
+        # A few elements of s2's columns, within the span of s1's: no race.
+        x[5, 1].fill_(4.0)
+        x[:100, 0].sub_(1.0)
+        x[:100, 0].add_(1.0)
+        with pytest.raises(RuntimeError, match="data race"):
+            x[5, 2].fill_(4.0)  # one element of s1's
         # s2's writes of the first two columns did not hide s1's write of the third.
         with pytest.raises(RuntimeError, match="data race"):
             x.sum()
     torch.openreg.current_stream().wait_stream(s1)
     torch.openreg.current_stream().wait_stream(s2)
-    assert x.sum(0).tolist() == [30_000.0, 20_000.0, 10_000.0]
+    assert x.sum(0).tolist() == [30_000.0, 20_002.0, 10_000.0]
     # Once ordered after both, the whole matrix is free to use.
     x.t()[::2].mul_(2)  # rows 0 and 2 of the transpose: columns 0 and 2
-    assert x.sum(0).tolist() == [60_000.0, 20_000.0, 20_000.0]
+    assert x.sum(0).tolist() == [60_000.0, 20_002.0, 20_000.0]
 
 
 def test_strided_views_with_different_periods_are_checked(sanitizer):

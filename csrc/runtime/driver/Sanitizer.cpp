@@ -75,6 +75,14 @@ bool mayShare(const Pattern& x, const Pattern& y) {
   return meetOnCircle(x.phase % g, x.width, y.phase % g, y.width, g);
 }
 
+// Whether `p` touches any byte of [from, to) (an entry of a segment covers
+// only the segment's bytes in its pattern: a periodic view's entry may cover
+// none of a small range inside it, x[5, 1] within x[:, 0]'s span).
+bool touches(const Pattern& p, uintptr_t from, uintptr_t to) {
+  if (!p.period || to - from >= p.period) return true;
+  return meetOnCircle(from % p.period, to - from, p.phase, p.width, p.period);
+}
+
 // Whether every byte `inner` touches in a segment inside `outer`'s range,
 // `outer` touches too.
 bool covers(const Pattern& outer, const Pattern& inner) {
@@ -208,12 +216,13 @@ class Checker {
     const auto begin = reinterpret_cast<uintptr_t>(a.begin);
     const uintptr_t end = begin + a.bytes;
     const Pattern pattern = Pattern::of(a);
-    const auto races = [&](const Tick& t) {
-      return mayShare(pattern, t.pattern) && !ordered(lane, clock, t);
-    };
     for (auto it = firstOverlapping(begin); it != memory_.end() && it->first < end; ++it) {
       const Segment& s = it->second;
       const uintptr_t from = std::max(begin, it->first), to = std::min(end, s.end);
+      const auto races = [&](const Tick& t) {
+        return mayShare(pattern, t.pattern) && touches(pattern, from, to) &&
+               touches(t.pattern, from, to) && !ordered(lane, clock, t);
+      };
       for (const Tick& w : s.writes) {
         if (races(w)) {
           report(lane, a.what, a.write ? "writes" : "reads", from, to, w, "wrote");
