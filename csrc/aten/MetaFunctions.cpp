@@ -952,6 +952,62 @@ at::Tensor cdistForwardMeta(const at::Tensor& x1, const at::Tensor& x2, double p
   return at::empty(sizes, x1.options());
 }
 
+// nn.EmbeddingBag: the output; the other three results' shapes are the CPU
+// kernel's (embeddingBagResultsAsTheCpus, FallbackOperatorRules.cpp), their
+// dtype the indices'. The CPU kernel's host checks are made before
+// (embeddingBagArgumentsPassTheCpusChecks).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> embeddingBagMeta(
+    const at::Tensor& weight, const at::Tensor& indices, const at::Tensor& offsets,
+    bool scale_grad_by_freq, int64_t mode, bool sparse,
+    const std::optional<at::Tensor>& per_sample_weights, bool include_last_offset,
+    int64_t padding_idx) {
+  const auto index = indices.scalar_type();
+  require(floating(weight) && weight.dim() == 2 && (index == at::kLong || index == at::kInt) &&
+          offsets.scalar_type() == index && (!include_last_offset || offsets.size(0) >= 1));
+  const int64_t bags = offsets.size(0) - (include_last_offset ? 1 : 0);
+  const auto options = indices.options();
+  return {at::empty({bags, weight.size(1)}, weight.options()), at::empty({0}, options),
+          at::empty({0}, options), at::empty({0}, options)};
+}
+
+// Its backward, dense (the weight's gradient, zero-filled then accumulated)
+// and for the per-sample weights.
+at::Tensor embeddingBagDenseBackwardMeta(const at::Tensor& grad, const at::Tensor& indices,
+                                         const at::Tensor& offset2bag, const at::Tensor& bag_size,
+                                         const at::Tensor& maximum_indices,
+                                         c10::SymInt num_weights, bool scale_grad_by_freq,
+                                         int64_t mode,
+                                         const std::optional<at::Tensor>& per_sample_weights,
+                                         int64_t padding_idx) {
+  require(floating(grad) && grad.dim() == 2 && indices.dim() == 1 && mode >= 0 && mode <= 2 &&
+          num_weights.expect_int() >= 0);
+  return at::empty({num_weights.expect_int(), grad.size(1)}, grad.options());
+}
+at::Tensor embeddingBagBackwardMeta(const at::Tensor& grad, const at::Tensor& indices,
+                                    const at::Tensor& offsets, const at::Tensor& offset2bag,
+                                    const at::Tensor& bag_size, const at::Tensor& maximum_indices,
+                                    c10::SymInt num_weights, bool scale_grad_by_freq, int64_t mode,
+                                    bool sparse,
+                                    const std::optional<at::Tensor>& per_sample_weights,
+                                    int64_t padding_idx) {
+  require(!sparse);  // a sparse gradient: not a strided result
+  return embeddingBagDenseBackwardMeta(grad, indices, offset2bag, bag_size, maximum_indices,
+                                       std::move(num_weights), scale_grad_by_freq, mode,
+                                       per_sample_weights, padding_idx);
+}
+at::Tensor embeddingBagPerSampleWeightsBackwardMeta(const at::Tensor& grad,
+                                                    const at::Tensor& weight,
+                                                    const at::Tensor& indices,
+                                                    const at::Tensor& offsets,
+                                                    const at::Tensor& offset2bag, int64_t mode,
+                                                    int64_t padding_idx) {
+  require(floating(grad) && mode == 0 && grad.dim() == 2 && weight.dim() == 2 &&
+          weight.size(1) == grad.size(1) && indices.dim() == 1 && offset2bag.dim() == 1 &&
+          // (empty when the forward took the CPU's fast path)
+          (offset2bag.size(0) == indices.size(0) || offset2bag.numel() == 0));
+  return at::empty({indices.size(0)}, grad.options());
+}
+
 // Structured operators whose CPU kernels take fewer dtypes than their meta
 // functions: ATen's meta, for the dtypes the kernel has.
 at::Tensor& addmvOutMeta(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
@@ -1110,6 +1166,12 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_OWN_META("aten::im2col", im2colMeta),
       OPENREG_OWN_META("aten::col2im", col2imMeta),
       OPENREG_OWN_META("aten::addmv.out", addmvOutMeta),
+      OPENREG_OWN_META("aten::_embedding_bag", embeddingBagMeta),
+      OPENREG_OWN_META("aten::_embedding_bag_forward_only", embeddingBagMeta),
+      OPENREG_OWN_META("aten::_embedding_bag_backward", embeddingBagBackwardMeta),
+      OPENREG_OWN_META("aten::_embedding_bag_dense_backward", embeddingBagDenseBackwardMeta),
+      OPENREG_OWN_META("aten::_embedding_bag_per_sample_weights_backward",
+                       embeddingBagPerSampleWeightsBackwardMeta),
       OPENREG_OWN_META("aten::smooth_l1_loss_backward.grad_input", smoothL1LossBackwardOutMeta),
       OPENREG_OWN_META("aten::nll_loss2d_forward", nllLoss2dForwardMeta),
       OPENREG_OWN_META("aten::_weight_norm_interface", weightNormInterfaceMeta),

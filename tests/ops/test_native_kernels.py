@@ -243,6 +243,13 @@ def smooth_l1_grad(t):
     p = t.clone().requires_grad_()
     F.smooth_l1_loss(p, t.roll(1), beta=0.5).backward()
     return p.grad
+def embedding_bag_grads(t):
+    w, p = t.clone().requires_grad_(), t[0].clone().requires_grad_()
+    i, o = torch.tensor([1, 2, 4, 5, 0, 3], device=t.device), torch.tensor([0, 2, 5], device=t.device)
+    out = F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p)
+    out.square().sum().backward()
+    maxed = F.embedding_bag(i, t, o, mode="max")
+    return torch.cat([out.flatten(), w.grad.flatten(), p.grad, maxed.flatten()])
 def max_pool_grad(t):
     p = t.view(1, 1, 6, 6).clone().requires_grad_()
     F.max_pool2d(p, 2).sum().backward()
@@ -311,6 +318,7 @@ ops = {
     "grid_sample, polar, cdist": lambda t: torch.cat([
         F.grid_sample(t.view(1, 1, 6, 6), t[:2].reshape(1, 2, 3, 2).tanh(), align_corners=False).flatten(),
         torch.view_as_real(torch.polar(t.abs(), t)).flatten(), torch.cdist(t, t[:2]).flatten()]),
+    "embedding_bag and its backward": lambda t: embedding_bag_grads(t),
 }
 for name, f in ops.items():
     got, want = f(x).cpu(), f(c)
