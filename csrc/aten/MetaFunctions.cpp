@@ -1037,25 +1037,14 @@ bool paddedInPlainFormat(const at::Tensor& self) {
   return (floating(self) || self.is_complex()) &&
          (self.dim() < 4 || self.suggest_memory_format() == c10::MemoryFormat::Contiguous);
 }
-at::Tensor& replicationPad2dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
-                                    at::Tensor& out) {
+// ATen's meta (replication 2-D/3-D, reflection 3-D), for a plain input and
+// a result it leaves contiguous (see reflectionPad2dOutMeta).
+template <at::Tensor& (*atenMeta)(const at::Tensor&, c10::SymIntArrayRef, at::Tensor&)>
+at::Tensor& plainPaddingOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
+                                at::Tensor& out) {
   require(paddedInPlainFormat(self));
-  at::meta::replication_pad2d_symint_outf(self, padding, out);
-  require(out.is_contiguous());  // see reflectionPad2dOutMeta
-  return out;
-}
-at::Tensor& replicationPad3dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
-                                    at::Tensor& out) {
-  require(paddedInPlainFormat(self));
-  at::meta::replication_pad3d_symint_outf(self, padding, out);
-  require(out.is_contiguous());  // see reflectionPad2dOutMeta
-  return out;
-}
-at::Tensor& reflectionPad3dOutMeta(const at::Tensor& self, c10::SymIntArrayRef padding,
-                                   at::Tensor& out) {
-  require(paddedInPlainFormat(self));
-  at::meta::reflection_pad3d_symint_outf(self, padding, out);
-  require(out.is_contiguous());  // see reflectionPad2dOutMeta
+  atenMeta(self, padding, out);
+  require(out.is_contiguous());
   return out;
 }
 std::tuple<at::Tensor&, at::Tensor&> adaptiveMaxPool2dOutMeta(const at::Tensor& self,
@@ -1180,9 +1169,9 @@ std::unordered_map<std::string, MetaKernel>* makeTable() {
       OPENREG_OWN_META("aten::_cdist_forward", cdistForwardMeta),
       OPENREG_OWN_META("aten::renorm.out", renormOutMeta),
       OPENREG_OWN_META("aten::leaky_relu_backward.grad_input", leakyReluBackwardOutMeta),
-      OPENREG_OWN_META("aten::replication_pad2d.out", replicationPad2dOutMeta),
-      OPENREG_OWN_META("aten::replication_pad3d.out", replicationPad3dOutMeta),
-      OPENREG_OWN_META("aten::reflection_pad3d.out", reflectionPad3dOutMeta),
+      OPENREG_OWN_META("aten::replication_pad2d.out", plainPaddingOutMeta<&at::meta::replication_pad2d_symint_outf>),
+      OPENREG_OWN_META("aten::replication_pad3d.out", plainPaddingOutMeta<&at::meta::replication_pad3d_symint_outf>),
+      OPENREG_OWN_META("aten::reflection_pad3d.out", plainPaddingOutMeta<&at::meta::reflection_pad3d_symint_outf>),
       OPENREG_OWN_META("aten::adaptive_max_pool2d.out", adaptiveMaxPool2dOutMeta),
       OPENREG_OWN_META("aten::_linalg_solve_ex.result", linalgSolveExOutMeta),
       OPENREG_BINARY_META(heaviside),
